@@ -1,0 +1,1 @@
+"""Storage: partition logs, segments, indexes and checkpoint files. No networking."""

@@ -1,0 +1,130 @@
+"""Per-log configuration: the topic-level keys Kafka users know, with Kafka's defaults.
+
+Invariants:
+- Every field is validated on construction; an invalid value raises ``InvalidConfigError`` naming the
+  key, the value and the accepted range.
+- ``TOPIC_TO_BROKER_KEY`` maps each topic key to the broker-wide ``server.properties`` key that sets
+  its default, exactly as Kafka names them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from odradek.protocol.errors import InvalidConfigError
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+SECONDS = 1000  # milliseconds
+MINUTES = 60 * SECONDS
+HOURS = 60 * MINUTES
+DAYS = 24 * HOURS
+LONG_MAX = 2**63 - 1
+
+CREATE_TIME = "CreateTime"
+LOG_APPEND_TIME = "LogAppendTime"
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """Storage settings of one partition log (field names are Kafka's keys with _ for .)."""
+
+    segment_bytes: int = 1 * GiB
+    segment_ms: int = 7 * DAYS
+    segment_index_bytes: int = 10 * MiB
+    index_interval_bytes: int = 4 * KiB
+    flush_messages: int = LONG_MAX
+    flush_ms: int = LONG_MAX
+    retention_ms: int = 7 * DAYS
+    retention_bytes: int = -1
+    max_message_bytes: int = 1 * MiB + 12
+    message_timestamp_type: str = CREATE_TIME
+    message_timestamp_before_max_ms: int = LONG_MAX
+    message_timestamp_after_max_ms: int = LONG_MAX
+    file_delete_delay_ms: int = 1 * MINUTES
+    cleanup_policy: str = "delete"
+
+    def __post_init__(self) -> None:
+        _at_least("segment.bytes", self.segment_bytes, 14)
+        _at_least("segment.ms", self.segment_ms, 1)
+        _at_least("segment.index.bytes", self.segment_index_bytes, 12)
+        _at_least("index.interval.bytes", self.index_interval_bytes, 0)
+        _at_least("flush.messages", self.flush_messages, 1)
+        _at_least("flush.ms", self.flush_ms, 0)
+        _at_least("retention.ms", self.retention_ms, -1)
+        _at_least("retention.bytes", self.retention_bytes, -1)
+        _at_least("max.message.bytes", self.max_message_bytes, 0)
+        _at_least("message.timestamp.before.max.ms", self.message_timestamp_before_max_ms, 0)
+        _at_least("message.timestamp.after.max.ms", self.message_timestamp_after_max_ms, 0)
+        _at_least("file.delete.delay.ms", self.file_delete_delay_ms, 0)
+        if self.message_timestamp_type not in (CREATE_TIME, LOG_APPEND_TIME):
+            raise InvalidConfigError(
+                f"message.timestamp.type={self.message_timestamp_type!r} is invalid: "
+                f"use {CREATE_TIME} or {LOG_APPEND_TIME}"
+            )
+        policies = {p.strip() for p in self.cleanup_policy.split(",")}
+        if "compact" in policies:
+            raise InvalidConfigError(
+                "cleanup.policy=compact is not supported yet (log compaction is not implemented): "
+                "use cleanup.policy=delete"
+            )
+        if policies != {"delete"}:
+            raise InvalidConfigError(f"cleanup.policy={self.cleanup_policy!r} is invalid: use delete")
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.message_timestamp_type == LOG_APPEND_TIME
+
+    def to_properties(self) -> dict[str, str]:
+        """The config as Kafka topic keys with string values."""
+        return {f.name.replace("_", "."): str(getattr(self, f.name)) for f in fields(self)}
+
+    def with_overrides(self, props: Mapping[str, Any]) -> LogConfig:
+        """A copy with Kafka topic keys (``segment.bytes`` ...) overridden; unknown keys are an error."""
+        changes: dict[str, Any] = {}
+        for key, raw in props.items():
+            name = key.replace(".", "_")
+            field = _FIELDS.get(name)
+            if field is None:
+                raise InvalidConfigError(
+                    f"unknown topic config {key!r}; known keys: {', '.join(sorted(TOPIC_KEYS))}"
+                )
+            if field is int:
+                try:
+                    changes[name] = int(raw)
+                except (TypeError, ValueError):
+                    raise InvalidConfigError(f"{key}={raw!r} is not an integer") from None
+            else:
+                changes[name] = str(raw)
+        return replace(self, **changes)
+
+
+def _at_least(key: str, value: int, minimum: int) -> None:
+    if not isinstance(value, int) or value < minimum:
+        raise InvalidConfigError(f"{key}={value!r} is invalid: it must be an integer >= {minimum}")
+
+
+_FIELDS: dict[str, type] = {
+    f.name: (int if isinstance(f.default, int) else str) for f in fields(LogConfig)
+}
+TOPIC_KEYS = frozenset(name.replace("_", ".") for name in _FIELDS)
+
+TOPIC_TO_BROKER_KEY: dict[str, str] = {
+    "segment.bytes": "log.segment.bytes",
+    "segment.ms": "log.roll.ms",
+    "segment.index.bytes": "log.index.size.max.bytes",
+    "index.interval.bytes": "log.index.interval.bytes",
+    "flush.messages": "log.flush.interval.messages",
+    "flush.ms": "log.flush.interval.ms",
+    "retention.ms": "log.retention.ms",
+    "retention.bytes": "log.retention.bytes",
+    "max.message.bytes": "message.max.bytes",
+    "message.timestamp.type": "log.message.timestamp.type",
+    "message.timestamp.before.max.ms": "log.message.timestamp.before.max.ms",
+    "message.timestamp.after.max.ms": "log.message.timestamp.after.max.ms",
+    "file.delete.delay.ms": "log.segment.delete.delay.ms",
+    "cleanup.policy": "log.cleanup.policy",
+}

@@ -1,0 +1,263 @@
+"""Sparse offset index and time index of one segment, memory-mapped.
+
+Offset index (``<base>.index``): 8-byte entries ``relative offset u32 | file position u32``,
+big-endian, strictly increasing in both fields. One entry is written per ``index.interval.bytes`` of
+log appended, so a lookup lands at most about that many bytes before the target batch.
+
+Time index (``<base>.timeindex``): 12-byte entries ``timestamp i64 | relative offset u32``; an entry
+is written with the offset index entry when the segment's largest timestamp so far grew, and once
+more when the segment is rolled, so its last entry holds the segment's largest timestamp. Both
+fields are non-decreasing, timestamps strictly increasing.
+
+Invariants:
+- The file of the active segment is preallocated to ``segment.index.bytes`` (rounded down to whole
+  entries); ``trim()`` shrinks it to the entries in use when the segment is rolled or closed.
+- An index is a cache of the log: it may be deleted and rebuilt from the log at any time.
+  ``sanity_check`` detects files that cannot be trusted (after which the owner rebuilds).
+- Lookups read the page cache through mmap; nothing is copied into Python memory.
+- Not thread-safe: the owning log serializes writers; readers of a trimmed index only read.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from pathlib import Path
+
+from odradek.protocol.errors import StorageError
+
+
+class IndexCorruptError(Exception):
+    """The index file is inconsistent with itself or its log; rebuild it."""
+
+
+class _MmapIndex:
+    ENTRY: struct.Struct
+    entry_size: int
+
+    def __init__(self, path: Path, base_offset: int, max_index_bytes: int, *, writable: bool) -> None:
+        self.path = path
+        self.base_offset = base_offset
+        self.max_entries = max(1, max_index_bytes // self.entry_size)
+        self._mm: mmap.mmap | None = None
+        self._entries = 0
+        self.writable = False
+        existed = path.exists()
+        size = path.stat().st_size if existed else 0
+        if size % self.entry_size:
+            raise IndexCorruptError(f"{path}: size {size} is not a multiple of {self.entry_size}")
+        self._entries = size // self.entry_size
+        if writable:
+            self._open_writable()
+        elif not existed:
+            path.touch()
+
+    # -- file management -------------------------------------------------------------------------
+
+    def _open_writable(self) -> None:
+        """Preallocate the file to its maximum size and map it read-write."""
+        self._unmap()
+        try:
+            with open(self.path, "r+b" if self.path.exists() else "w+b") as f:
+                f.truncate(self.max_entries * self.entry_size)
+                self._mm = mmap.mmap(f.fileno(), self.max_entries * self.entry_size)
+        except OSError as e:
+            raise StorageError(f"cannot open index {self.path}: {e}") from e
+        self.writable = True
+
+    def _map(self) -> mmap.mmap | None:
+        if self._mm is None and self._entries:
+            with open(self.path, "rb") as f:
+                self._mm = mmap.mmap(f.fileno(), self._entries * self.entry_size, access=mmap.ACCESS_READ)
+        return self._mm
+
+    def _unmap(self) -> None:
+        if self._mm is not None:
+            self._mm.close()
+            self._mm = None
+
+    def trim(self) -> None:
+        """Shrink the file to the entries in use and stop accepting appends."""
+        if not self.writable:
+            return
+        self._mm.flush()  # type: ignore[union-attr]
+        self._unmap()
+        try:
+            os.truncate(self.path, self._entries * self.entry_size)
+        except OSError as e:
+            raise StorageError(f"cannot trim index {self.path}: {e}") from e
+        self.writable = False
+
+    def make_writable(self) -> None:
+        """Reopen a trimmed index for appends (the segment became active again)."""
+        if not self.writable:
+            self._open_writable()
+
+    def flush(self) -> None:
+        if self._mm is not None and self.writable:
+            self._mm.flush()
+
+    def close(self) -> None:
+        self.trim()
+        self._unmap()
+
+    def rename(self, path: Path) -> None:
+        os.replace(self.path, path)
+        self.path = path
+
+    def delete(self) -> None:
+        self._unmap()
+        self.path.unlink(missing_ok=True)
+
+    def reset(self) -> None:
+        """Drop every entry (before a rebuild)."""
+        self._entries = 0
+        if self.writable:
+            self._open_writable()
+        else:
+            self._unmap()
+            os.truncate(self.path, 0)
+
+    # -- entries ---------------------------------------------------------------------------------
+
+    @property
+    def entries(self) -> int:
+        return self._entries
+
+    @property
+    def is_full(self) -> bool:
+        return self._entries >= self.max_entries
+
+    @property
+    def size_bytes(self) -> int:
+        return self._entries * self.entry_size
+
+    def _raw(self, n: int) -> tuple[int, int]:
+        mm = self._map()
+        assert mm is not None
+        return self.ENTRY.unpack_from(mm, n * self.entry_size)
+
+    def _write(self, a: int, b: int) -> None:
+        if not self.writable:
+            raise StorageError(f"index {self.path} is closed for appends")
+        if self.is_full:
+            raise StorageError(f"index {self.path} is full ({self._entries} entries)")
+        self.ENTRY.pack_into(self._mm, self._entries * self.entry_size, a, b)  # type: ignore[arg-type]
+        self._entries += 1
+
+    def _search(self, key: int, field: int) -> int:
+        """Index of the last entry whose ``field`` is <= key, or -1."""
+        mm = self._map()
+        if mm is None:
+            return -1
+        unpack, size = self.ENTRY.unpack_from, self.entry_size
+        lo, hi = 0, self._entries - 1
+        if unpack(mm, 0)[field] > key:
+            return -1
+        while lo < hi:
+            mid = (lo + hi + 1) >> 1
+            if unpack(mm, mid * size)[field] <= key:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def _truncate_entries(self, keep: int) -> None:
+        self._entries = keep
+        if not self.writable:
+            self._unmap()
+            os.truncate(self.path, keep * self.entry_size)
+
+
+class OffsetIndex(_MmapIndex):
+    ENTRY = struct.Struct(">II")
+    entry_size = 8
+
+    def append(self, offset: int, position: int) -> None:
+        rel = offset - self.base_offset
+        if self._entries:
+            last_rel, last_pos = self._raw(self._entries - 1)
+            if rel <= last_rel or position <= last_pos:
+                raise StorageError(
+                    f"offset index {self.path}: entry ({offset}, {position}) is not after the last one"
+                )
+        self._write(rel, position)
+
+    def entry(self, n: int) -> tuple[int, int]:
+        rel, pos = self._raw(n)
+        return self.base_offset + rel, pos
+
+    @property
+    def last_entry(self) -> tuple[int, int]:
+        """(offset, position) of the last entry, or (base_offset, 0) if empty."""
+        return self.entry(self._entries - 1) if self._entries else (self.base_offset, 0)
+
+    def lookup(self, offset: int) -> tuple[int, int]:
+        """The last entry with offset <= ``offset``, or (base_offset, 0): where a scan may start."""
+        n = self._search(offset - self.base_offset, 0)
+        return self.entry(n) if n >= 0 else (self.base_offset, 0)
+
+    def lookup_position(self, position: int) -> tuple[int, int]:
+        """The last entry whose position is <= ``position``, or (base_offset, 0)."""
+        n = self._search(position, 1)
+        return self.entry(n) if n >= 0 else (self.base_offset, 0)
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every entry for an offset >= ``offset``."""
+        n = self._search(offset - self.base_offset - 1, 0)
+        self._truncate_entries(n + 1)
+
+    def sanity_check(self, log_size: int) -> None:
+        if not self._entries:
+            return
+        last_offset, last_pos = self.last_entry
+        if last_offset <= self.base_offset and self._entries > 1:
+            raise IndexCorruptError(f"{self.path}: last offset {last_offset} <= base {self.base_offset}")
+        if last_pos >= log_size:
+            raise IndexCorruptError(f"{self.path}: position {last_pos} is past the log's {log_size} bytes")
+        first_offset, _ = self.entry(0)
+        if first_offset < self.base_offset:
+            raise IndexCorruptError(f"{self.path}: first offset {first_offset} below base")
+
+
+class TimeIndex(_MmapIndex):
+    ENTRY = struct.Struct(">qI")
+    entry_size = 12
+
+    def entry(self, n: int) -> tuple[int, int]:
+        ts, rel = self._raw(n)
+        return ts, self.base_offset + rel
+
+    @property
+    def last_entry(self) -> tuple[int, int]:
+        """(timestamp, offset) of the last entry, or (-1, base_offset) if empty."""
+        return self.entry(self._entries - 1) if self._entries else (-1, self.base_offset)
+
+    def maybe_append(self, timestamp: int, offset: int, *, skip_full_check: bool = False) -> None:
+        """Append if ``timestamp`` is larger than the last entry's."""
+        last_ts, last_offset = self.last_entry
+        if timestamp <= last_ts:
+            return
+        if offset < last_offset:
+            raise StorageError(f"time index {self.path}: offset {offset} goes backwards")
+        if self.is_full and skip_full_check:
+            return
+        self._write(timestamp, offset - self.base_offset)
+
+    def lookup(self, timestamp: int) -> tuple[int, int]:
+        """The last entry with timestamp <= ``timestamp``, or (-1, base_offset)."""
+        n = self._search(timestamp, 0)
+        return self.entry(n) if n >= 0 else (-1, self.base_offset)
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every entry for an offset >= ``offset``."""
+        self._truncate_entries(self._search(offset - self.base_offset - 1, 1) + 1)
+
+    def sanity_check(self) -> None:
+        if not self._entries:
+            return
+        ts, offset = self.last_entry
+        first_ts, first_offset = self.entry(0)
+        if offset < self.base_offset or first_offset < self.base_offset or ts < first_ts:
+            raise IndexCorruptError(f"{self.path}: entries are inconsistent")

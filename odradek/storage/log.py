@@ -1,0 +1,578 @@
+"""A partition log: an ordered list of segments with start, end and high-watermark offsets.
+
+Invariants:
+- Offsets are dense and strictly increasing: every append gets ``[next_offset, next_offset + n)``.
+- ``log_start_offset <= high_watermark <= next_offset``; ``recovery_point <= next_offset`` and every
+  byte below the recovery point has been fsynced.
+- The segment list is an immutable tuple replaced on roll, retention and truncation (copy-on-write),
+  so a reader holding an older tuple keeps working while segments are added or deleted. Deleted
+  segments are renamed ``*.deleted`` and unlinked only after ``file.delete.delay.ms``, so regions
+  already handed to a reader stay valid.
+- Appends validate every batch before writing any byte; a refused append or a failed write leaves
+  the log exactly as it was (offsets included).
+- Writers (append, roll, retention, truncation) serialize on ``_lock``; reads take no lock.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from odradek.clock import SYSTEM_CLOCK, Clock
+from odradek.protocol import batch as rb
+from odradek.protocol.errors import (
+    ErrorCode,
+    InvalidRecordError,
+    InvalidTimestampError,
+    KafkaError,
+    OffsetOutOfRangeError,
+    StorageError,
+)
+from odradek.protocol.records import decode_records
+from odradek.storage.config import LogConfig
+from odradek.storage.leader_epoch import LeaderEpochCache
+from odradek.storage.producer_state import NoProducerState, ProducerStateHook
+from odradek.storage.segment import DELETED_SUFFIX, LOG_SUFFIX, FileRegion, LogSegment
+
+log = logging.getLogger(__name__)
+
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+
+
+class RecordListTooLargeError(KafkaError):
+    code = ErrorCode.RECORD_LIST_TOO_LARGE
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    first_offset: int
+    last_offset: int
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    max_timestamp: int
+    record_count: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class TimestampOffset:
+    timestamp: int
+    offset: int
+
+
+def parse_log_dir_name(name: str) -> tuple[str, int] | None:
+    """``orders-3`` -> (``orders``, 3); None if the name is not a partition directory."""
+    topic, sep, partition = name.rpartition("-")
+    if not sep or not topic or not partition.isdigit():
+        return None
+    return topic, int(partition)
+
+
+class Log:
+    """The log of one topic partition. Open with ``Log.open``."""
+
+    def __init__(
+        self,
+        directory: Path,
+        topic: str,
+        partition: int,
+        config: LogConfig,
+        segments: Sequence[LogSegment],
+        *,
+        clock: Clock,
+        log_start_offset: int,
+        recovery_point: int,
+        high_watermark: int,
+        producer_state: ProducerStateHook,
+        schedule: Callable[[Callable[[], None]], None] | None,
+    ) -> None:
+        self.directory = directory
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self.clock = clock
+        self.producer_state = producer_state
+        self._schedule = schedule
+        self._lock = threading.RLock()
+        self._segments: tuple[LogSegment, ...] = tuple(segments)
+        self._bases: tuple[int, ...] = tuple(s.base_offset for s in segments)
+        self.next_offset = self._segments[-1].next_offset
+        self.log_start_offset = min(max(log_start_offset, self._bases[0]), self.next_offset)
+        self.recovery_point = min(recovery_point, self.next_offset)
+        self.high_watermark = min(max(high_watermark, self.log_start_offset), self.next_offset)
+        self.leader_epochs = LeaderEpochCache(directory / LEADER_EPOCH_CHECKPOINT)
+        self.leader_epochs.truncate_from_end(self.next_offset)
+        self.leader_epochs.truncate_from_start(self.log_start_offset)
+        self.unflushed_messages = 0
+        self.last_flush_ms = clock.milliseconds()
+        self._pending_deletes: list[tuple[int, LogSegment]] = []
+        self.closed = False
+
+    # -- opening and recovery ----------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        config: LogConfig,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        clean_shutdown: bool = False,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        high_watermark: int = 0,
+        producer_state: ProducerStateHook | None = None,
+        schedule: Callable[[Callable[[], None]], None] | None = None,
+    ) -> Log:
+        """Open (or create) the log in ``directory``, named ``<topic>-<partition>``.
+
+        After a clean shutdown the files are trusted; otherwise every segment from the one holding
+        ``recovery_point`` on is scanned, cut at the first invalid batch, and its indexes rebuilt.
+        """
+        parsed = parse_log_dir_name(directory.name)
+        if parsed is None:
+            raise StorageError(f"{directory} is not a partition directory (expected <topic>-<partition>)")
+        topic, partition = parsed
+        producer_state = producer_state or NoProducerState()
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            for stale in directory.iterdir():
+                if stale.name.endswith((DELETED_SUFFIX, ".tmp")):
+                    stale.unlink(missing_ok=True)
+            bases = sorted(int(p.name[: -len(LOG_SUFFIX)]) for p in directory.glob("*" + LOG_SUFFIX))
+            for p in directory.iterdir():  # indexes whose segment file is gone
+                if p.suffix in (".index", ".timeindex") and int(p.stem) not in bases:
+                    p.unlink()
+        except (OSError, ValueError) as e:
+            raise StorageError(f"cannot open log directory {directory}: {e}") from e
+        now = clock.milliseconds()
+        if not bases:
+            first = LogSegment.create(directory, max(log_start_offset, 0), config, now_ms=now)
+            return cls(
+                directory, topic, partition, config, [first], clock=clock,
+                log_start_offset=first.base_offset, recovery_point=first.base_offset,
+                high_watermark=first.base_offset, producer_state=producer_state, schedule=schedule,
+            )
+        segments = [LogSegment(directory, b, config, now_ms=now) for b in bases]
+        producer_state.load_snapshot(recovery_point if not clean_shutdown else -1)
+        if clean_shutdown:
+            for seg in segments:
+                seg.load_clean()
+        else:
+            segments = cls._recover(directory, segments, recovery_point, producer_state)
+        segments[-1].make_active()
+        opened = cls(
+            directory, topic, partition, config, segments, clock=clock,
+            log_start_offset=log_start_offset, recovery_point=recovery_point,
+            high_watermark=high_watermark, producer_state=producer_state, schedule=schedule,
+        )
+        if not clean_shutdown:
+            opened.flush()
+        return opened
+
+    @staticmethod
+    def _recover(
+        directory: Path, segments: list[LogSegment], recovery_point: int, producer_state: ProducerStateHook
+    ) -> list[LogSegment]:
+        kept: list[LogSegment] = []
+        for i, seg in enumerate(segments):
+            next_base = segments[i + 1].base_offset if i + 1 < len(segments) else None
+            if next_base is not None and next_base <= recovery_point:
+                seg.load_clean()
+                kept.append(seg)
+                continue
+            cut = seg.recover(producer_state.on_recovered_batch)
+            kept.append(seg)
+            if cut:
+                log.warning("%s: cut %d invalid bytes from the tail of %s", directory.name, cut, seg.log_path.name)
+                for dropped in segments[i + 1 :]:
+                    log.warning("%s: dropped segment %s after the damaged one", directory.name,
+                                dropped.log_path.name)
+                    dropped.delete_files()
+                break
+        # An empty segment can only be the last one; drop empty ones before it.
+        while len(kept) > 1 and kept[-1].size == 0 and kept[-2].next_offset > kept[-1].base_offset:
+            kept.pop().delete_files()
+        return kept
+
+    # -- properties ------------------------------------------------------------------------------
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        return self._segments
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def size(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    def _set_segments(self, segments: Sequence[LogSegment]) -> None:
+        self._segments = tuple(segments)
+        self._bases = tuple(s.base_offset for s in segments)
+
+    # -- appending -------------------------------------------------------------------------------
+
+    def append(
+        self,
+        records: bytes | bytearray | memoryview,
+        *,
+        leader_epoch: int | None = None,
+        from_client: bool = True,
+        assign_offsets: bool = True,
+    ) -> AppendInfo:
+        """Append a record set (one or more v2 batches) and return the offsets it received.
+
+        ``assign_offsets=False`` is for replicas: batches keep their offsets, which must follow on.
+        Raises a ``KafkaError`` and writes nothing if any batch is invalid.
+        """
+        cfg = self.config
+        headers = rb.validate_record_set(records, max_batch_bytes=cfg.max_message_bytes, from_client=from_client)
+        total = len(records)
+        if total > cfg.segment_bytes:
+            raise RecordListTooLargeError(
+                f"record set of {total} bytes is larger than segment.bytes={cfg.segment_bytes}"
+            )
+        buf = records if isinstance(records, bytearray) else bytearray(records)
+        with self._lock:
+            if self.closed:
+                raise StorageError(f"log {self.name} is closed")
+            now = self.clock.milliseconds()
+            if not cfg.log_append_time and assign_offsets:
+                self._check_timestamps(headers, now)
+            self.producer_state.validate_append(headers)
+            if assign_offsets:
+                headers = self._assign_offsets(buf, headers, leader_epoch, now)
+            else:
+                self._check_replicated_offsets(headers)
+            segment = self._maybe_roll(total, headers[-1].last_offset, now)
+            segment.append(buf, headers)
+            first, last = headers[0].base_offset, headers[-1].last_offset
+            self.next_offset = last + 1
+            if leader_epoch is not None:
+                latest = self.leader_epochs.latest_epoch
+                if latest is None or leader_epoch > latest:
+                    self.leader_epochs.assign(leader_epoch, first)
+            self.producer_state.on_append(headers)
+            count = sum(h.record_count for h in headers)
+            self.unflushed_messages += count
+            if self.unflushed_messages >= cfg.flush_messages:
+                self.flush()
+        return AppendInfo(
+            first_offset=first,
+            last_offset=last,
+            log_append_time=now if cfg.log_append_time else -1,
+            max_timestamp=max(h.max_timestamp for h in headers),
+            record_count=count,
+            size=total,
+        )
+
+    def _check_timestamps(self, headers: Sequence[rb.BatchHeader], now: int) -> None:
+        before, after = self.config.message_timestamp_before_max_ms, self.config.message_timestamp_after_max_ms
+        for h in headers:
+            if h.max_timestamp - now > after or now - h.base_timestamp > before:
+                raise InvalidTimestampError(
+                    f"batch timestamps {h.base_timestamp}..{h.max_timestamp} are outside the accepted window "
+                    f"(now {now}, message.timestamp.before.max.ms={before}, "
+                    f"message.timestamp.after.max.ms={after}): check the producer's clock"
+                )
+
+    def _assign_offsets(
+        self, buf: bytearray, headers: list[rb.BatchHeader], leader_epoch: int | None, now: int
+    ) -> list[rb.BatchHeader]:
+        offset = self.next_offset
+        pos = 0
+        out = []
+        append_time = self.config.log_append_time
+        for h in headers:
+            rb.set_base_offset(buf, pos, offset)
+            changes: dict[str, int] = {"base_offset": offset}
+            if leader_epoch is not None:
+                rb.set_leader_epoch(buf, pos, leader_epoch)
+                changes["partition_leader_epoch"] = leader_epoch
+            if append_time:
+                rb.set_log_append_time(buf, pos, h.size, now)
+                changes["max_timestamp"] = now
+                changes["attributes"] = h.attributes | rb.TIMESTAMP_TYPE_BIT
+            out.append(h._replace(**changes))
+            offset += h.last_offset_delta + 1
+            pos += h.size
+        return out
+
+    def _check_replicated_offsets(self, headers: Sequence[rb.BatchHeader]) -> None:
+        expected = self.next_offset
+        for h in headers:
+            if h.base_offset < expected:
+                raise InvalidRecordError(
+                    f"replicated batch at offset {h.base_offset} does not follow the log end {expected}"
+                )
+            expected = h.next_offset
+
+    def _maybe_roll(self, incoming: int, last_offset: int, now: int) -> LogSegment:
+        active = self._segments[-1]
+        if active.needs_roll(incoming, now) or (active.size and last_offset - active.base_offset > 0x7FFFFFFF):
+            return self.roll()
+        return active
+
+    def roll(self) -> LogSegment:
+        """Start a new active segment at the log end (no-op if the active one is empty)."""
+        with self._lock:
+            old = self._segments[-1]
+            if not old.size:
+                return old
+            now = self.clock.milliseconds()
+            new = LogSegment.create(self.directory, self.next_offset, self.config, now_ms=now)
+            old.on_roll()
+            self._set_segments((*self._segments, new))
+            self.producer_state.take_snapshot(new.base_offset)
+            upto = new.base_offset
+            if self._schedule is not None:
+                self._schedule(lambda: self.flush(upto))
+            return new
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def _check_range(self, offset: int) -> None:
+        if offset < self.log_start_offset or offset > self.next_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is out of range for {self.name}: the log holds "
+                f"[{self.log_start_offset}, {self.next_offset})",
+                offset=offset,
+                log_start_offset=self.log_start_offset,
+                log_end_offset=self.next_offset,
+            )
+
+    def read(
+        self, offset: int, max_bytes: int, *, max_offset: int | None = None, min_one: bool = True
+    ) -> FileRegion | None:
+        """Whole batches from the one holding ``offset``, up to ``max_bytes`` (at least one batch
+        when ``min_one``), none at or past ``max_offset``. None when nothing is there yet.
+
+        Raises ``OffsetOutOfRangeError`` below the log start or above the log end.
+        """
+        segments, bases = self._segments, self._bases
+        self._check_range(offset)
+        if offset == self.next_offset:
+            return None
+        i = max(bisect.bisect_right(bases, offset) - 1, 0)
+        while i < len(segments):
+            seg = segments[i]
+            max_position = None
+            if max_offset is not None:
+                if max_offset <= max(seg.base_offset, offset):
+                    return None
+                if i + 1 == len(segments) or max_offset < bases[i + 1]:
+                    max_position = seg.position_of(max_offset)
+            region = seg.read(offset, max_bytes, max_position=max_position, min_one=min_one)
+            if region is not None:
+                return region
+            i += 1
+        return None
+
+    def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
+        """The first record with timestamp >= ``timestamp`` at or after the log start (ListOffsets)."""
+        for seg in self._segments:
+            if seg.largest_timestamp < timestamp or seg.max_timestamp < 0:
+                continue
+            found = seg.find_timestamp(timestamp)
+            if found is None:
+                continue
+            pos, header = found
+            data = os.pread(seg.fd, header.size, pos)
+            for record in decode_records(data):
+                if record.timestamp >= timestamp and record.offset >= self.log_start_offset:
+                    return TimestampOffset(record.timestamp, record.offset)
+        return None
+
+    def max_timestamp_offset(self) -> TimestampOffset | None:
+        """The record with the largest timestamp (ListOffsets MAX_TIMESTAMP); earliest on ties."""
+        best: LogSegment | None = None
+        for seg in self._segments:
+            if seg.size and (best is None or seg.max_timestamp > best.max_timestamp):
+                best = seg
+        if best is None or best.max_timestamp < 0:
+            return None
+        found = best.translate_offset(best.offset_of_max_timestamp)
+        if found is None:
+            return None
+        pos, header = found
+        for record in decode_records(os.pread(best.fd, header.size, pos)):
+            if record.timestamp == best.max_timestamp:
+                return TimestampOffset(record.timestamp, record.offset)
+        return TimestampOffset(best.max_timestamp, header.last_offset)
+
+    # -- offsets owned by replication --------------------------------------------------------------
+
+    def update_high_watermark(self, offset: int) -> int:
+        self.high_watermark = min(max(offset, self.log_start_offset), self.next_offset)
+        return self.high_watermark
+
+    # -- flushing --------------------------------------------------------------------------------
+
+    def flush(self, upto: int | None = None) -> None:
+        """fsync every segment holding offsets in [recovery_point, upto) (default: the log end)."""
+        with self._lock:
+            end = self.next_offset if upto is None else min(upto, self.next_offset)
+            if end <= self.recovery_point and upto is not None:
+                return
+            start = self.recovery_point
+            targets = [
+                s for i, s in enumerate(self._segments)
+                if not s.deleted and s.base_offset < end and (
+                    i + 1 == len(self._segments) or self._segments[i + 1].base_offset > start)
+            ]
+        for seg in targets:
+            if not seg.deleted:
+                seg.flush()
+        with self._lock:
+            self.recovery_point = max(self.recovery_point, end)
+            if end >= self.next_offset:
+                self.unflushed_messages = 0
+            self.last_flush_ms = self.clock.milliseconds()
+
+    def maybe_flush(self) -> None:
+        """Apply ``flush.ms``: fsync if the log has unflushed data older than that."""
+        if self.recovery_point < self.next_offset:
+            if self.clock.milliseconds() - self.last_flush_ms >= self.config.flush_ms:
+                self.flush()
+
+    # -- retention -------------------------------------------------------------------------------
+
+    def delete_retained_segments(self) -> int:
+        """Delete whole segments past ``retention.ms``/``retention.bytes`` or below the log start
+        offset; never the active segment. Returns how many were deleted."""
+        with self._lock:
+            now = self.clock.milliseconds()
+            segments = self._segments
+            cfg = self.config
+            excess = sum(s.size for s in segments) - cfg.retention_bytes if cfg.retention_bytes >= 0 else -1
+            doomed = 0
+            for i, seg in enumerate(segments[:-1]):
+                next_base = segments[i + 1].base_offset
+                below_start = next_base <= self.log_start_offset
+                expired = cfg.retention_ms >= 0 and now - seg.largest_timestamp > cfg.retention_ms
+                too_big = excess >= seg.size
+                if not (below_start or expired or too_big):
+                    break
+                excess -= seg.size
+                doomed += 1
+            if not doomed:
+                return 0
+            deleted = segments[:doomed]
+            self._set_segments(segments[doomed:])
+            new_start = self._segments[0].base_offset
+            if new_start > self.log_start_offset:
+                self.log_start_offset = new_start
+                self.high_watermark = max(self.high_watermark, new_start)
+                self.recovery_point = max(self.recovery_point, new_start)
+            self.leader_epochs.truncate_from_start(self.log_start_offset)
+            self.producer_state.truncate(self.log_start_offset, self.next_offset)
+            for seg in deleted:
+                log.info("%s: deleting segment %s by retention", self.name, seg.log_path.name)
+                seg.mark_deleted()
+                self._pending_deletes.append((now + cfg.file_delete_delay_ms, seg))
+        self.purge_deleted()
+        return doomed
+
+    def purge_deleted(self, *, force: bool = False) -> None:
+        """Unlink deleted segments whose ``file.delete.delay.ms`` has passed."""
+        with self._lock:
+            now = self.clock.milliseconds()
+            keep = []
+            for deadline, seg in self._pending_deletes:
+                if force or deadline <= now:
+                    seg.delete_files()
+                else:
+                    keep.append((deadline, seg))
+            self._pending_deletes = keep
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: advance the log start offset to ``offset`` (<= high watermark)."""
+        with self._lock:
+            if offset < 0 or offset > self.high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"cannot delete records before {offset} in {self.name}: it must lie in "
+                    f"[0, high watermark {self.high_watermark}]",
+                    offset=offset, log_start_offset=self.log_start_offset, log_end_offset=self.next_offset,
+                )
+            if offset > self.log_start_offset:
+                self.log_start_offset = offset
+                self.leader_epochs.truncate_from_start(offset)
+                self.producer_state.truncate(offset, self.next_offset)
+        self.delete_retained_segments()
+        return self.log_start_offset
+
+    # -- truncation (followers) ------------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> bool:
+        """Remove every batch at or after ``offset``; True if anything was removed."""
+        with self._lock:
+            if offset >= self.next_offset:
+                return False
+            if offset <= self.log_start_offset or offset <= self._bases[0]:
+                self.truncate_fully_and_start_at(offset)
+                return True
+            now = self.clock.milliseconds()
+            i = bisect.bisect_right(self._bases, offset) - 1
+            if self._bases[i] == offset and i > 0:
+                i -= 1
+            keep, drop = list(self._segments[: i + 1]), self._segments[i + 1 :]
+            target = keep[-1]
+            if not target.index.writable:
+                target.make_active()
+            target.truncate_to(offset)
+            self._set_segments(keep)
+            for seg in drop:
+                seg.mark_deleted()
+                self._pending_deletes.append((now + self.config.file_delete_delay_ms, seg))
+            self.next_offset = target.next_offset
+            self._after_truncation()
+            return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every segment and restart the log empty at ``offset``."""
+        with self._lock:
+            now = self.clock.milliseconds()
+            old = self._segments
+            for seg in old:
+                seg.mark_deleted()
+                self._pending_deletes.append((now + self.config.file_delete_delay_ms, seg))
+            self._set_segments([LogSegment.create(self.directory, offset, self.config, now_ms=now)])
+            self.next_offset = self.log_start_offset = offset
+            self.leader_epochs.clear()
+            self._after_truncation()
+
+    def _after_truncation(self) -> None:
+        self.high_watermark = min(max(self.high_watermark, self.log_start_offset), self.next_offset)
+        self.recovery_point = min(self.recovery_point, self.next_offset)
+        self.leader_epochs.truncate_from_end(self.next_offset)
+        self.producer_state.truncate(self.log_start_offset, self.next_offset)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            for seg in self._segments:
+                seg.close()
+            self.purge_deleted(force=True)
+
+    def delete(self) -> None:
+        """Close and remove every file of this log (the directory itself is left to the caller)."""
+        with self._lock:
+            self.closed = True
+            for seg in self._segments:
+                seg.delete_files()
+            self.purge_deleted(force=True)

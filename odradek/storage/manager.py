@@ -1,0 +1,305 @@
+"""The broker's data directories: open, recover, create and delete partition logs; checkpoints.
+
+Layout of each directory in ``log.dirs``::
+
+    .lock                              flock()ed while a broker owns the directory
+    .kafka_cleanshutdown               present only after a clean shutdown (removed at startup)
+    recovery-point-offset-checkpoint   topic partition offset: everything below is fsynced
+    log-start-offset-checkpoint        topic partition offset: first offset still visible
+    replication-offset-checkpoint      topic partition offset: the high watermark
+    <topic>-<partition>/               one partition log each (see log.py, docs/log-format.md)
+
+Invariants:
+- Two managers (or brokers) never own the same directory at once: the second fails at startup
+  with ``DataDirLockedError`` and touches nothing.
+- Every checkpoint is replaced atomically (``checkpoint.write_atomically``).
+- The clean-shutdown marker is written only after every log is flushed and every checkpoint
+  written, and removed at startup before any write, so its presence proves the files are whole and
+  lets startup skip scanning; startup time then does not depend on how much data is stored.
+- A deleted log's directory is first renamed ``<name>.<uuid>-delete`` so a crash mid-delete never
+  leaves a half-deleted log that would be opened again.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from odradek.clock import SYSTEM_CLOCK, Clock
+from odradek.protocol.errors import KafkaError, StorageError
+from odradek.storage.checkpoint import OffsetCheckpointFile, write_atomically
+from odradek.storage.config import MINUTES, LogConfig
+from odradek.storage.log import Log, parse_log_dir_name
+from odradek.storage.producer_state import ProducerStateHook
+
+log = logging.getLogger(__name__)
+
+LOCK_FILE = ".lock"
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
+HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
+DELETE_DIR_SUFFIX = "-delete"
+
+TopicPartition = tuple[str, int]
+
+
+class DataDirLockedError(StorageError):
+    """Another broker (or LogManager) holds this data directory."""
+
+
+class LogExistsError(KafkaError):
+    pass
+
+
+class LogManager:
+    """Owns the partition logs in one or more data directories."""
+
+    def __init__(
+        self,
+        log_dirs: Sequence[Path | str],
+        default_config: LogConfig | None = None,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        topic_config: Callable[[str], LogConfig] | None = None,
+        producer_state_factory: Callable[[str, int], ProducerStateHook] | None = None,
+        retention_check_interval_ms: int = 5 * MINUTES,
+        checkpoint_interval_ms: int = 1 * MINUTES,
+        background_flush: bool = True,
+    ) -> None:
+        if not log_dirs:
+            raise StorageError("no log directory given: set log.dirs")
+        self.log_dirs = [Path(d).resolve() for d in log_dirs]
+        self.default_config = default_config or LogConfig()
+        self.clock = clock
+        self._topic_config = topic_config
+        self._producer_state_factory = producer_state_factory
+        self.retention_check_interval_ms = retention_check_interval_ms
+        self.checkpoint_interval_ms = checkpoint_interval_ms
+        self._logs: dict[TopicPartition, Log] = {}
+        self._dir_of: dict[TopicPartition, Path] = {}
+        self._locks: list[int] = []
+        self._lock = threading.RLock()
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="odradek-flush") if background_flush else None
+        self._last_retention_ms = 0
+        self._last_checkpoint_ms = 0
+        self.started = False
+
+    # -- startup ---------------------------------------------------------------------------------
+
+    def startup(self, progress: Callable[[int, int], None] | None = None) -> None:
+        """Lock every directory, then open (recovering where needed) every log found in them."""
+        for d in self.log_dirs:
+            self._lock_dir(d)
+        started = time.monotonic()
+        for d in self.log_dirs:
+            clean = (d / CLEAN_SHUTDOWN_FILE).exists()
+            recovery = OffsetCheckpointFile(d / RECOVERY_POINT_CHECKPOINT).read()
+            starts = OffsetCheckpointFile(d / LOG_START_CHECKPOINT).read()
+            hws = OffsetCheckpointFile(d / HIGH_WATERMARK_CHECKPOINT).read()
+            candidates = sorted(p for p in d.iterdir() if p.is_dir())
+            for n, sub in enumerate(candidates, 1):
+                if sub.name.endswith(DELETE_DIR_SUFFIX):
+                    shutil.rmtree(sub, ignore_errors=True)
+                    continue
+                tp = parse_log_dir_name(sub.name)
+                if tp is None:
+                    continue
+                if tp in self._logs:
+                    raise StorageError(f"partition {sub.name} exists in two log directories: "
+                                       f"{self._dir_of[tp]} and {d}; remove one")
+                if not clean:
+                    log.info("recovering %s after an unclean shutdown", sub)
+                self._logs[tp] = Log.open(
+                    sub,
+                    self.config_for(tp[0]),
+                    clock=self.clock,
+                    clean_shutdown=clean,
+                    recovery_point=recovery.get(tp, 0),
+                    log_start_offset=starts.get(tp, 0),
+                    high_watermark=hws.get(tp, 0),
+                    producer_state=self._producer_state(tp),
+                    schedule=self._schedule,
+                )
+                self._dir_of[tp] = d
+                if progress is not None:
+                    progress(n, len(candidates))
+            if clean:
+                (d / CLEAN_SHUTDOWN_FILE).unlink()
+                _fsync_dir(d)
+        self.started = True
+        self.checkpoint()
+        log.info("loaded %d partition logs from %d directories in %.0f ms", len(self._logs), len(self.log_dirs),
+                 (time.monotonic() - started) * 1000)
+
+    def _lock_dir(self, d: Path) -> None:
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            fd = os.open(d / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise StorageError(f"cannot use log directory {d}: {e}") from e
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            self._release_locks()
+            raise DataDirLockedError(
+                f"log directory {d} is in use by another broker (its {LOCK_FILE} is locked): "
+                "stop that broker or choose another log.dirs"
+            ) from None
+        self._locks.append(fd)
+
+    def _release_locks(self) -> None:
+        for fd in self._locks:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+        self._locks.clear()
+
+    def _producer_state(self, tp: TopicPartition) -> ProducerStateHook | None:
+        return self._producer_state_factory(*tp) if self._producer_state_factory else None
+
+    def _schedule(self, task: Callable[[], None]) -> None:
+        if self._executor is None:
+            task()
+            return
+
+        def run() -> None:
+            try:
+                task()
+            except Exception:
+                log.exception("background flush failed")
+
+        self._executor.submit(run)
+
+    def config_for(self, topic: str) -> LogConfig:
+        return self._topic_config(topic) if self._topic_config else self.default_config
+
+    # -- logs ------------------------------------------------------------------------------------
+
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        return self._logs.get((topic, partition))
+
+    def logs(self) -> Iterator[Log]:
+        return iter(list(self._logs.values()))
+
+    def create_log(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
+        """Create an empty log in the directory holding the fewest logs."""
+        self._check_started()
+        with self._lock:
+            tp = (topic, partition)
+            if tp in self._logs:
+                raise LogExistsError(f"partition {topic}-{partition} already exists")
+            counts = {d: 0 for d in self.log_dirs}
+            for owner in self._dir_of.values():
+                counts[owner] += 1
+            d = min(self.log_dirs, key=lambda x: counts[x])
+            created = Log.open(
+                d / f"{topic}-{partition}",
+                config or self.config_for(topic),
+                clock=self.clock,
+                producer_state=self._producer_state(tp),
+                schedule=self._schedule,
+            )
+            self._logs[tp] = created
+            self._dir_of[tp] = d
+            return created
+
+    def get_or_create_log(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
+        with self._lock:
+            return self.get_log(topic, partition) or self.create_log(topic, partition, config)
+
+    def delete_log(self, topic: str, partition: int) -> None:
+        """Remove the log and all its files."""
+        with self._lock:
+            tp = (topic, partition)
+            victim = self._logs.pop(tp, None)
+            d = self._dir_of.pop(tp, None)
+        if victim is None or d is None:
+            raise KeyError(f"no log for {topic}-{partition}")
+        victim.close()
+        doomed = d / f"{victim.directory.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+        try:
+            os.replace(victim.directory, doomed)
+            _fsync_dir(d)
+            shutil.rmtree(doomed)
+        except OSError as e:
+            raise StorageError(f"cannot delete log {victim.directory}: {e}") from e
+        self.checkpoint()
+
+    def _check_started(self) -> None:
+        if not self.started:
+            raise StorageError("the log manager has not started (call startup())")
+
+    # -- periodic work ---------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """Periodic duties, called by the broker's scheduler: flush.ms, retention, delayed file
+        deletion and checkpoints, each at its own interval."""
+        now = self.clock.milliseconds()
+        retention_due = now - self._last_retention_ms >= self.retention_check_interval_ms
+        for lg in self.logs():
+            try:
+                lg.maybe_flush()
+                if retention_due:
+                    lg.delete_retained_segments()
+                lg.purge_deleted()
+            except KafkaError:
+                log.exception("periodic maintenance of %s failed", lg.name)
+        if retention_due:
+            self._last_retention_ms = now
+        if now - self._last_checkpoint_ms >= self.checkpoint_interval_ms:
+            self.checkpoint()
+
+    def checkpoint(self) -> None:
+        """Write recovery points, log start offsets and high watermarks of every directory."""
+        with self._lock:
+            for d in self.log_dirs:
+                mine = {tp: lg for tp, lg in self._logs.items() if self._dir_of[tp] == d}
+                OffsetCheckpointFile(d / RECOVERY_POINT_CHECKPOINT).write(
+                    {tp: lg.recovery_point for tp, lg in mine.items()})
+                OffsetCheckpointFile(d / LOG_START_CHECKPOINT).write(
+                    {tp: lg.log_start_offset for tp, lg in mine.items()})
+                OffsetCheckpointFile(d / HIGH_WATERMARK_CHECKPOINT).write(
+                    {tp: lg.high_watermark for tp, lg in mine.items()})
+            self._last_checkpoint_ms = self.clock.milliseconds()
+
+    def flush_all(self) -> None:
+        for lg in self.logs():
+            lg.flush()
+
+    # -- shutdown --------------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Flush and close every log, write checkpoints, mark the shutdown clean, unlock."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+        if not self.started:
+            self._release_locks()
+            return
+        self.flush_all()
+        self.checkpoint()
+        for lg in self.logs():
+            lg.close()
+        for d in self.log_dirs:
+            write_atomically(d / CLEAN_SHUTDOWN_FILE, b"")
+        self._logs.clear()
+        self._dir_of.clear()
+        self._release_locks()
+        self.started = False
+
+
+def _fsync_dir(d: Path) -> None:
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
