@@ -39,6 +39,7 @@ from odradek.protocol.errors import (
     CorruptRecordError,
     InvalidRecordError,
     RecordTooLargeError,
+    UnsupportedCompressionError,
     UnsupportedMagicError,
 )
 
@@ -57,6 +58,7 @@ ATTRIBUTES_AT = 21
 MAX_TIMESTAMP_AT = 35
 
 COMPRESSION_MASK = 0x07
+MAX_COMPRESSION_ID = 4  # zstd
 TIMESTAMP_TYPE_BIT = 0x08
 TRANSACTIONAL_BIT = 0x10
 CONTROL_BIT = 0x20
@@ -210,6 +212,11 @@ def validate_record_set(
                 f"record batch of {size} bytes exceeds max.message.bytes={max_batch_bytes}: "
                 "send smaller batches or raise the topic's max.message.bytes"
             )
+        if header.compression > MAX_COMPRESSION_ID:
+            raise UnsupportedCompressionError(
+                f"record batch at byte {pos} uses compression id {header.compression}; "
+                "supported: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd"
+            )
         if from_client:
             if header.record_count == 0:
                 raise InvalidRecordError("a record batch with no records cannot be produced")
@@ -226,10 +233,12 @@ def validate_record_set(
 
 
 def set_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) -> None:
+    """Assign the batch's base offset (not covered by the CRC)."""
     _I64.pack_into(buf, pos + BASE_OFFSET_AT, base_offset)
 
 
 def set_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int) -> None:
+    """Assign the batch's partitionLeaderEpoch (not covered by the CRC)."""
     _I32.pack_into(buf, pos + LEADER_EPOCH_AT, epoch)
 
 
@@ -242,4 +251,5 @@ def set_log_append_time(buf: bytearray | memoryview, pos: int, size: int, timest
 
 
 def restamp_crc(buf: bytearray | memoryview, pos: int, size: int) -> None:
+    """Recompute the CRC after a change to attributes..end of the batch."""
     _U32.pack_into(buf, pos + CRC_AT, compute_crc(buf, pos, size))

@@ -39,6 +39,7 @@ from odradek.protocol.errors import CorruptRecordError, UnsupportedCompressionEr
 __all__ = [
     "XERIAL_MAGIC",
     "Compression",
+    "codec_from_id",
     "compress",
     "decompress",
     "is_xerial",
@@ -71,14 +72,13 @@ _BLOCK_LENGTH = struct.Struct(">i")
 _Bytes = bytes | bytearray | memoryview
 
 
-def _codec(codec: int) -> Compression:
+def codec_from_id(codec: int) -> Compression:
+    """The ``Compression`` for a wire codec id; ``UnsupportedCompressionError`` if Kafka defines none."""
     try:
         return Compression(codec)
     except ValueError:
         known = ", ".join(f"{c.name.lower()}={c.value}" for c in Compression)
-        raise UnsupportedCompressionError(
-            f"unknown compression codec id {codec}: Kafka defines {known}"
-        ) from None
+        raise UnsupportedCompressionError(f"unknown compression codec id {codec}: Kafka defines {known}") from None
 
 
 def compress(codec: int, data: _Bytes, *, level: int | None = None) -> bytes:
@@ -86,7 +86,7 @@ def compress(codec: int, data: _Bytes, *, level: int | None = None) -> bytes:
 
     ``level`` overrides the codec's default level (ignored for none and snappy).
     """
-    kind = _codec(codec)
+    kind = codec_from_id(codec)
     if kind is Compression.NONE:
         return bytes(data)
     if kind is Compression.GZIP:
@@ -111,7 +111,7 @@ def decompress(codec: int, data: _Bytes) -> bytes:
     Raises ``UnsupportedCompressionError`` for an unknown codec id and ``CorruptRecordError`` when
     ``data`` is not a valid stream of that codec.
     """
-    kind = _codec(codec)
+    kind = codec_from_id(codec)
     if kind is Compression.NONE:
         return bytes(data)
     try:

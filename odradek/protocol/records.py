@@ -56,7 +56,7 @@ from odradek.protocol.batch import (
     TRANSACTIONAL_BIT,
     BatchHeader,
 )
-from odradek.protocol.compression import Compression, compress, decompress
+from odradek.protocol.compression import Compression, codec_from_id, compress, decompress
 from odradek.protocol.errors import CorruptRecordError
 
 __all__ = [
@@ -142,9 +142,7 @@ def size_of_varlong(n: int) -> int:
     return _unsigned_size(((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF)
 
 
-def _read_unsigned(
-    buf: bytes | bytearray | memoryview, pos: int, end: int, max_bytes: int
-) -> tuple[int, int]:
+def _read_unsigned(buf: bytes | bytearray | memoryview, pos: int, end: int, max_bytes: int) -> tuple[int, int]:
     u = 0
     shift = 0
     limit = pos + max_bytes
@@ -161,20 +159,26 @@ def _read_unsigned(
         shift += 7
 
 
-def decode_varint(
-    buf: bytes | bytearray | memoryview, pos: int = 0, end: int | None = None
-) -> tuple[int, int]:
+def decode_varint(buf: bytes | bytearray | memoryview, pos: int = 0, end: int | None = None) -> tuple[int, int]:
     """(value, position after it) of the zigzag varint at ``pos``; ``CorruptRecordError`` if malformed."""
-    u, pos = _read_unsigned(buf, pos, len(buf) if end is None else end, _MAX_VARINT_BYTES)
+    if end is None:
+        end = len(buf)
+    if pos < end and buf[pos] < 0x80:  # one-byte fast path: most lengths and deltas
+        u = buf[pos]
+        return (u >> 1) ^ -(u & 1), pos + 1
+    u, pos = _read_unsigned(buf, pos, end, _MAX_VARINT_BYTES)
     u &= 0xFFFFFFFF
     return (u >> 1) ^ -(u & 1), pos
 
 
-def decode_varlong(
-    buf: bytes | bytearray | memoryview, pos: int = 0, end: int | None = None
-) -> tuple[int, int]:
+def decode_varlong(buf: bytes | bytearray | memoryview, pos: int = 0, end: int | None = None) -> tuple[int, int]:
     """(value, position after it) of the zigzag varlong at ``pos``; ``CorruptRecordError`` if malformed."""
-    u, pos = _read_unsigned(buf, pos, len(buf) if end is None else end, _MAX_VARLONG_BYTES)
+    if end is None:
+        end = len(buf)
+    if pos < end and buf[pos] < 0x80:  # one-byte fast path: most lengths and deltas
+        u = buf[pos]
+        return (u >> 1) ^ -(u & 1), pos + 1
+    u, pos = _read_unsigned(buf, pos, end, _MAX_VARLONG_BYTES)
     u &= 0xFFFFFFFFFFFFFFFF
     return (u >> 1) ^ -(u & 1), pos
 
@@ -282,15 +286,11 @@ def _decode_body(data: bytes, header: BatchHeader) -> list[Record]:
             try:
                 hkey_str = hkey.decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise CorruptRecordError(
-                    f"record {index} has a header key that is not utf-8: {exc}"
-                ) from None
+                raise CorruptRecordError(f"record {index} has a header key that is not utf-8: {exc}") from None
             hvalue, pos = _read_bytes(data, pos, record_end, "header value")
             headers.append((hkey_str, hvalue))
         if pos != record_end:
-            raise CorruptRecordError(
-                f"record {index} declares {length} bytes but its fields take {pos - start}"
-            )
+            raise CorruptRecordError(f"record {index} declares {length} bytes but its fields take {pos - start}")
         records.append(
             Record(
                 offset=base_offset + offset_delta,
@@ -361,6 +361,7 @@ def build_batch(
     """
     if not records and last_offset_delta is None:
         raise ValueError("a batch needs at least one record (or an explicit last_offset_delta)")
+    codec = codec_from_id(compression)
     default_ts = _now_ms() if base_timestamp is None else base_timestamp
 
     normalised: list[tuple[int, int, bytes | None, bytes | None, tuple[Header, ...]]] = []
@@ -374,9 +375,7 @@ def build_batch(
             key, value = item
             normalised.append((index, default_ts, key, value, ()))
 
-    first_ts = (
-        base_timestamp if base_timestamp is not None else (normalised[0][1] if normalised else default_ts)
-    )
+    first_ts = base_timestamp if base_timestamp is not None else (normalised[0][1] if normalised else default_ts)
     max_ts = max((r[1] for r in normalised), default=first_ts)
 
     body = bytearray()
@@ -407,7 +406,6 @@ def build_batch(
     elif last_offset_delta < previous_delta:
         raise ValueError(f"last_offset_delta {last_offset_delta} precedes the last record's {previous_delta}")
 
-    codec = Compression(compression)
     payload = compress(codec, body) if codec is not Compression.NONE else body
     attributes = int(codec)
     if is_transactional:
@@ -512,9 +510,7 @@ def parse_end_txn_marker(value: bytes | None) -> int:
     """
     if value is None or len(value) < _END_TXN_VALUE.size:
         size = "null" if value is None else f"{len(value)} bytes"
-        raise CorruptRecordError(
-            f"transaction marker value is {size}, expected at least {_END_TXN_VALUE.size}"
-        )
+        raise CorruptRecordError(f"transaction marker value is {size}, expected at least {_END_TXN_VALUE.size}")
     version, coordinator_epoch = _END_TXN_VALUE.unpack_from(value)
     if version < 0:
         raise CorruptRecordError(f"transaction marker value has invalid version {version}")

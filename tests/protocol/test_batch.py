@@ -34,7 +34,7 @@ from odradek.protocol.errors import (
     RecordTooLargeError,
     UnsupportedMagicError,
 )
-from odradek.protocol.records import build_batch, build_control_batch, ControlType, decode_records
+from odradek.protocol.records import ControlType, build_batch, build_control_batch, decode_records
 
 MAX = 1 << 20
 
@@ -55,9 +55,7 @@ def kafka_python_batch(n: int = 3, *, timestamp: int = 1_700_000_000_000) -> byt
 
 
 def odradek_batch(n: int = 3, **kwargs: object) -> bytes:
-    return build_batch(
-        [(f"k{i}".encode(), b"value-%d" % i) for i in range(n)], base_timestamp=1_000, **kwargs
-    )
+    return build_batch([(f"k{i}".encode(), b"value-%d" % i) for i in range(n)], base_timestamp=1_000, **kwargs)
 
 
 def patched(buf: bytes, at: int, fmt: str, value: int, *, restamp: bool = True) -> bytes:
@@ -175,7 +173,7 @@ def test_check_batch_refuses_length_below_minimum(length: int) -> None:
 def test_check_batch_refuses_truncated_batches(keep: int) -> None:
     good = odradek_batch()
     buf = good[:keep]
-    with pytest.raises(CorruptRecordError, match="truncated|declares") as exc_info:
+    with pytest.raises(CorruptRecordError, match=r"truncated|declares") as exc_info:
         check_batch(buf)
     assert_error(exc_info, CorruptRecordError, ErrorCode.CORRUPT_MESSAGE)
 
@@ -225,7 +223,7 @@ def test_validate_record_set_refuses_empty_input() -> None:
 def test_validate_record_set_max_batch_bytes_is_inclusive() -> None:
     buf = odradek_batch(10)
     assert validate_record_set(buf, max_batch_bytes=len(buf))[0].size == len(buf)
-    with pytest.raises(RecordTooLargeError, match="max.message.bytes") as exc_info:
+    with pytest.raises(RecordTooLargeError, match=r"max\.message\.bytes") as exc_info:
         validate_record_set(buf, max_batch_bytes=len(buf) - 1)
     assert_error(exc_info, RecordTooLargeError, ErrorCode.MESSAGE_TOO_LARGE)
 
@@ -250,9 +248,7 @@ def test_validate_record_set_refuses_a_bad_second_batch() -> None:
 
 
 def test_validate_record_set_refuses_control_batch_from_client() -> None:
-    marker = build_control_batch(
-        ControlType.COMMIT, producer_id=1, producer_epoch=0, coordinator_epoch=0, timestamp=5
-    )
+    marker = build_control_batch(ControlType.COMMIT, producer_id=1, producer_epoch=0, coordinator_epoch=0, timestamp=5)
     with pytest.raises(InvalidRecordError, match="control") as exc_info:
         validate_record_set(marker, max_batch_bytes=MAX)
     assert_error(exc_info, InvalidRecordError, ErrorCode.INVALID_RECORD)
