@@ -42,6 +42,8 @@ class _MmapIndex:
         self.max_entries = max(1, max_index_bytes // self.entry_size)
         self._mm: mmap.mmap | None = None
         self._entries = 0
+        self._cached_last: tuple[int, int] = (0, 0)
+        self._cached_last_n = 0  # number of entries _cached_last was read at (0: none)
         self.writable = False
         existed = path.exists()
         size = path.stat().st_size if existed else 0
@@ -138,6 +140,13 @@ class _MmapIndex:
         assert mm is not None
         return self.ENTRY.unpack_from(mm, n * self.entry_size)
 
+    def _last_raw(self) -> tuple[int, int]:
+        """The raw last entry, cached in memory since appends consult it every time."""
+        if self._cached_last_n != self._entries:
+            self._cached_last = self._raw(self._entries - 1)
+            self._cached_last_n = self._entries
+        return self._cached_last
+
     def _write(self, a: int, b: int) -> None:
         if not self.writable:
             raise StorageError(f"index {self.path} is closed for appends")
@@ -145,6 +154,7 @@ class _MmapIndex:
             raise StorageError(f"index {self.path} is full ({self._entries} entries)")
         self.ENTRY.pack_into(self._mm, self._entries * self.entry_size, a, b)  # type: ignore[arg-type]
         self._entries += 1
+        self._cached_last, self._cached_last_n = (a, b), self._entries
 
     def _search(self, key: int, field: int) -> int:
         """Index of the last entry whose ``field`` is <= key, or -1."""
@@ -177,7 +187,7 @@ class OffsetIndex(_MmapIndex):
     def append(self, offset: int, position: int) -> None:
         rel = offset - self.base_offset
         if self._entries:
-            last_rel, last_pos = self._raw(self._entries - 1)
+            last_rel, last_pos = self._last_raw()
             if rel <= last_rel or position <= last_pos:
                 raise StorageError(
                     f"offset index {self.path}: entry ({offset}, {position}) is not after the last one"
@@ -191,7 +201,10 @@ class OffsetIndex(_MmapIndex):
     @property
     def last_entry(self) -> tuple[int, int]:
         """(offset, position) of the last entry, or (base_offset, 0) if empty."""
-        return self.entry(self._entries - 1) if self._entries else (self.base_offset, 0)
+        if not self._entries:
+            return self.base_offset, 0
+        rel, pos = self._last_raw()
+        return self.base_offset + rel, pos
 
     def lookup(self, offset: int) -> tuple[int, int]:
         """The last entry with offset <= ``offset``, or (base_offset, 0): where a scan may start."""
@@ -232,7 +245,10 @@ class TimeIndex(_MmapIndex):
     @property
     def last_entry(self) -> tuple[int, int]:
         """(timestamp, offset) of the last entry, or (-1, base_offset) if empty."""
-        return self.entry(self._entries - 1) if self._entries else (-1, self.base_offset)
+        if not self._entries:
+            return -1, self.base_offset
+        ts, rel = self._last_raw()
+        return ts, self.base_offset + rel
 
     def maybe_append(self, timestamp: int, offset: int, *, skip_full_check: bool = False) -> None:
         """Append if ``timestamp`` is larger than the last entry's."""

@@ -22,6 +22,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from odradek.clock import SYSTEM_CLOCK, Clock
 from odradek.protocol import batch as rb
@@ -48,8 +49,9 @@ class RecordListTooLargeError(KafkaError):
     code = ErrorCode.RECORD_LIST_TOO_LARGE
 
 
-@dataclass(frozen=True, slots=True)
-class AppendInfo:
+class AppendInfo(NamedTuple):
+    """Where an append landed (a NamedTuple: it is built once per produce on the hot path)."""
+
     first_offset: int
     last_offset: int
     log_append_time: int  # -1 unless the topic uses LogAppendTime
@@ -264,18 +266,15 @@ class Log:
                 if latest is None or leader_epoch > latest:
                     self.leader_epochs.assign(leader_epoch, first)
             self.producer_state.on_append(headers)
-            count = sum(h.record_count for h in headers)
+            if len(headers) == 1:
+                count, max_timestamp = headers[0].record_count, headers[0].max_timestamp
+            else:
+                count = sum(h.record_count for h in headers)
+                max_timestamp = max(h.max_timestamp for h in headers)
             self.unflushed_messages += count
             if self.unflushed_messages >= cfg.flush_messages:
                 self.flush()
-        return AppendInfo(
-            first_offset=first,
-            last_offset=last,
-            log_append_time=now if cfg.log_append_time else -1,
-            max_timestamp=max(h.max_timestamp for h in headers),
-            record_count=count,
-            size=total,
-        )
+        return AppendInfo(first, last, now if cfg.log_append_time else -1, max_timestamp, count, total)
 
     def _check_timestamps(self, headers: Sequence[rb.BatchHeader], now: int) -> None:
         before, after = self.config.message_timestamp_before_max_ms, self.config.message_timestamp_after_max_ms
@@ -296,15 +295,14 @@ class Log:
         append_time = self.config.log_append_time
         for h in headers:
             rb.set_base_offset(buf, pos, offset)
-            changes: dict[str, int] = {"base_offset": offset}
+            epoch = h.partition_leader_epoch
             if leader_epoch is not None:
                 rb.set_leader_epoch(buf, pos, leader_epoch)
-                changes["partition_leader_epoch"] = leader_epoch
+                epoch = leader_epoch
             if append_time:
                 rb.set_log_append_time(buf, pos, h.size, now)
-                changes["max_timestamp"] = now
-                changes["attributes"] = h.attributes | rb.TIMESTAMP_TYPE_BIT
-            out.append(h._replace(**changes))
+                h = h._replace(max_timestamp=now, attributes=h.attributes | rb.TIMESTAMP_TYPE_BIT)
+            out.append(rb.BatchHeader(offset, h[1], epoch, *h[3:]))
             offset += h.last_offset_delta + 1
             pos += h.size
         return out

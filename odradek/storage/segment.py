@@ -220,11 +220,13 @@ class LogSegment:
         On an I/O error the file is cut back to its previous size and ``StorageError`` is raised.
         """
         start = self.size
-        view = memoryview(data)
+        total = len(data)
         try:
-            written = 0
-            while written < len(view):
-                written += os.pwrite(self.fd, view[written:], start + written)
+            written = os.pwrite(self.fd, data, start)
+            if written < total:
+                view = memoryview(data)
+                while written < total:
+                    written += os.pwrite(self.fd, view[written:], start + written)
         except OSError as e:
             try:
                 os.ftruncate(self.fd, start)
@@ -233,20 +235,8 @@ class LogSegment:
             raise StorageError(f"write to {self.log_path} failed: {e}") from e
         if not start and headers:
             self.rolling_timestamp = headers[0].max_timestamp
-        pos = start
-        interval = self.config.index_interval_bytes
-        for header in headers:
-            if header.max_timestamp > self.max_timestamp:
-                self.max_timestamp = header.max_timestamp
-                self.offset_of_max_timestamp = header.last_offset
-            if self.bytes_since_last_index_entry > interval:
-                self.index.append(header.last_offset, pos)
-                self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
-                self.bytes_since_last_index_entry = 0
-            size = header.size
-            self.bytes_since_last_index_entry += size
-            pos += size
-        self.size = pos
+        self._index_headers(headers, start)
+        self.size = start + total
 
     def needs_roll(self, incoming_bytes: int, now_ms: int) -> bool:
         if not self.size:
@@ -307,24 +297,28 @@ class LogSegment:
         self.time_index.make_writable()
         self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset
         self.bytes_since_last_index_entry = 0
-        self._index_headers([h for _, h in self.iter_headers(0)])
+        headers = [h for _, h in self.iter_headers(0)]
+        self._index_headers(headers)
+        self.rolling_timestamp = headers[0].max_timestamp if headers else None
         if not writable:
             self.on_roll()
 
-    def _index_headers(self, headers: Sequence[rb.BatchHeader]) -> None:
-        pos = 0
+    def _index_headers(self, headers: Sequence[rb.BatchHeader], pos: int = 0) -> None:
+        """Track the largest timestamp and add index entries for batches written from ``pos``."""
         interval = self.config.index_interval_bytes
+        since = self.bytes_since_last_index_entry
         for header in headers:
+            size = header.batch_length + rb.LOG_OVERHEAD
+            last_offset = header.base_offset + header.last_offset_delta
             if header.max_timestamp > self.max_timestamp:
-                self.max_timestamp, self.offset_of_max_timestamp = header.max_timestamp, header.last_offset
-            if self.bytes_since_last_index_entry > interval:
-                self.index.append(header.last_offset, pos)
+                self.max_timestamp, self.offset_of_max_timestamp = header.max_timestamp, last_offset
+            if since > interval:
+                self.index.append(last_offset, pos)
                 self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
-                self.bytes_since_last_index_entry = 0
-            self.bytes_since_last_index_entry += header.size
-            pos += header.size
-        if headers:
-            self.rolling_timestamp = headers[0].max_timestamp
+                since = 0
+            since += size
+            pos += size
+        self.bytes_since_last_index_entry = since
 
     def recover(self, on_batch: Callable[[rb.BatchHeader], None] | None = None) -> int:
         """Check every batch (structure, CRC, increasing offsets), rebuild the indexes, and cut the
@@ -372,8 +366,8 @@ class LogSegment:
         self.time_index.make_writable()
         self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset
         self.bytes_since_last_index_entry = 0
-        self.rolling_timestamp = None
         self._index_headers(valid)
+        self.rolling_timestamp = valid[0].max_timestamp if valid else None
         if not writable:
             self.on_roll()
         return cut
