@@ -47,6 +47,7 @@ HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: the part not counted by batchLength
 MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD  # 49
+LEGACY_MIN_LENGTH = 14  # smallest message of formats v0/v1 (crc, magic, attributes, key/value lengths)
 CURRENT_MAGIC = 2
 
 BASE_OFFSET_AT = 0
@@ -157,6 +158,10 @@ def check_batch(
             f"record batch at byte {pos} is truncated: {available} bytes, less than the 12-byte prefix"
         )
     _, length = _PREFIX.unpack_from(buf, pos)
+    if length < LEGACY_MIN_LENGTH:  # too short for any message format: zeros, garbage, a torn tail
+        raise CorruptRecordError(
+            f"record batch at byte {pos} declares length {length}, below the minimum {MIN_BATCH_LENGTH}"
+        )
     if available >= MAGIC_AT + 1 and buf[pos + MAGIC_AT] != CURRENT_MAGIC:
         magic = buf[pos + MAGIC_AT]
         if magic in (0, 1):

@@ -60,10 +60,11 @@ class _MmapIndex:
     def _open_writable(self) -> None:
         """Preallocate the file to its maximum size and map it read-write."""
         self._unmap()
+        size = max(self.max_entries, self._entries) * self.entry_size  # never cut entries in use
         try:
             with open(self.path, "r+b" if self.path.exists() else "w+b") as f:
-                f.truncate(self.max_entries * self.entry_size)
-                self._mm = mmap.mmap(f.fileno(), self.max_entries * self.entry_size)
+                f.truncate(size)
+                self._mm = mmap.mmap(f.fileno(), size)
         except OSError as e:
             raise StorageError(f"cannot open index {self.path}: {e}") from e
         self.writable = True
@@ -150,7 +151,7 @@ class _MmapIndex:
     def _write(self, a: int, b: int) -> None:
         if not self.writable:
             raise StorageError(f"index {self.path} is closed for appends")
-        if self.is_full:
+        if self._entries >= self.max_entries:
             raise StorageError(f"index {self.path} is full ({self._entries} entries)")
         self.ENTRY.pack_into(self._mm, self._entries * self.entry_size, a, b)  # type: ignore[arg-type]
         self._entries += 1
@@ -159,7 +160,7 @@ class _MmapIndex:
     def _search(self, key: int, field: int) -> int:
         """Index of the last entry whose ``field`` is <= key, or -1."""
         mm = self._map()
-        if mm is None:
+        if mm is None or not self._entries:  # a writable map holds stale or zeroed slots past _entries
             return -1
         unpack, size = self.ENTRY.unpack_from, self.entry_size
         lo, hi = 0, self._entries - 1
@@ -250,6 +251,12 @@ class TimeIndex(_MmapIndex):
         ts, rel = self._last_raw()
         return ts, self.base_offset + rel
 
+    @property
+    def is_full(self) -> bool:
+        """Full one entry early, as Kafka's TimeIndex: the last slot is kept for the entry written at roll
+        (``skip_full_check``), so the last entry always holds the segment's largest timestamp."""
+        return self._entries >= self.max_entries - 1
+
     def maybe_append(self, timestamp: int, offset: int, *, skip_full_check: bool = False) -> None:
         """Append if ``timestamp`` is larger than the last entry's."""
         last_ts, last_offset = self.last_entry
@@ -257,8 +264,11 @@ class TimeIndex(_MmapIndex):
             return
         if offset < last_offset:
             raise StorageError(f"time index {self.path}: offset {offset} goes backwards")
-        if self.is_full and skip_full_check:
-            return
+        if skip_full_check:
+            if self._entries >= self.max_entries:
+                return
+        elif self.is_full:
+            raise StorageError(f"time index {self.path} is full ({self._entries} entries)")
         self._write(timestamp, offset - self.base_offset)
 
     def lookup(self, timestamp: int) -> tuple[int, int]:

@@ -257,7 +257,11 @@ class Log:
                 headers = self._assign_offsets(buf, headers, leader_epoch, now)
             else:
                 self._check_replicated_offsets(headers)
-            segment = self._maybe_roll(total, headers[-1].last_offset, now)
+                for h in headers:  # a follower learns epochs from the leader's batches
+                    latest = self.leader_epochs.latest_epoch
+                    if h.partition_leader_epoch >= 0 and (latest is None or h.partition_leader_epoch > latest):
+                        self.leader_epochs.assign(h.partition_leader_epoch, h.base_offset)
+            segment = self._maybe_roll(total, headers[-1].last_offset, now, max(h.max_timestamp for h in headers))
             segment.append(buf, headers)
             first, last = headers[0].base_offset, headers[-1].last_offset
             self.next_offset = last + 1
@@ -316,9 +320,10 @@ class Log:
                 )
             expected = h.next_offset
 
-    def _maybe_roll(self, incoming: int, last_offset: int, now: int) -> LogSegment:
+    def _maybe_roll(self, incoming: int, last_offset: int, now: int, max_timestamp: int | None = None) -> LogSegment:
         active = self._segments[-1]
-        if active.needs_roll(incoming, now) or (active.size and last_offset - active.base_offset > 0x7FFFFFFF):
+        overflow = active.size and last_offset - active.base_offset > 0x7FFFFFFF
+        if active.needs_roll(incoming, now, max_timestamp) or overflow:
             return self.roll()
         return active
 
@@ -374,6 +379,8 @@ class Log:
             region = seg.read(offset, max_bytes, max_position=max_position, min_one=min_one)
             if region is not None:
                 return region
+            if seg.translate_offset(offset) is not None:
+                return None  # the batch holding offset is here but does not fit: never skip past it
             i += 1
         return None
 
@@ -385,11 +392,13 @@ class Log:
             found = seg.find_timestamp(timestamp)
             if found is None:
                 continue
-            pos, header = found
-            data = os.pread(seg.fd, header.size, pos)
-            for record in decode_records(data):
-                if record.timestamp >= timestamp and record.offset >= self.log_start_offset:
-                    return TimestampOffset(record.timestamp, record.offset)
+            # As Kafka's searchForTimestamp: go on past batches whose matches lie below the log start.
+            for pos, header in seg.iter_headers(found[0]):
+                if header.max_timestamp < timestamp or header.last_offset < self.log_start_offset:
+                    continue
+                for record in decode_records(os.pread(seg.fd, header.size, pos)):
+                    if record.timestamp >= timestamp and record.offset >= self.log_start_offset:
+                        return TimestampOffset(record.timestamp, record.offset)
         return None
 
     def max_timestamp_offset(self) -> TimestampOffset | None:
@@ -446,19 +455,24 @@ class Log:
 
     # -- retention -------------------------------------------------------------------------------
 
-    def delete_retained_segments(self) -> int:
-        """Delete whole segments past ``retention.ms``/``retention.bytes`` or below the log start
-        offset; never the active segment. Returns how many were deleted."""
+    def delete_retained_segments(self, *, only_below_log_start: bool = False) -> int:
+        """Delete whole segments, oldest first, that are past ``retention.ms``/``retention.bytes`` or
+        wholly below the log start offset. As in Kafka, never the active segment and never one holding
+        offsets at or above the high watermark. Returns how many were deleted."""
         with self._lock:
             now = self.clock.milliseconds()
             segments = self._segments
             cfg = self.config
-            excess = sum(s.size for s in segments) - cfg.retention_bytes if cfg.retention_bytes >= 0 else -1
+            by_size = cfg.retention_bytes >= 0 and not only_below_log_start
+            excess = sum(s.size for s in segments) - cfg.retention_bytes if by_size else -1
+            by_time = cfg.retention_ms >= 0 and not only_below_log_start
             doomed = 0
             for i, seg in enumerate(segments[:-1]):
                 next_base = segments[i + 1].base_offset
+                if next_base > self.high_watermark:
+                    break
                 below_start = next_base <= self.log_start_offset
-                expired = cfg.retention_ms >= 0 and now - seg.largest_timestamp > cfg.retention_ms
+                expired = by_time and now - seg.largest_timestamp > cfg.retention_ms
                 too_big = excess >= seg.size
                 if not (below_start or expired or too_big):
                     break
@@ -471,7 +485,6 @@ class Log:
             new_start = self._segments[0].base_offset
             if new_start > self.log_start_offset:
                 self.log_start_offset = new_start
-                self.high_watermark = max(self.high_watermark, new_start)
                 self.recovery_point = max(self.recovery_point, new_start)
             self.leader_epochs.truncate_from_start(self.log_start_offset)
             self.producer_state.truncate(self.log_start_offset, self.next_offset)
@@ -507,7 +520,7 @@ class Log:
                 self.log_start_offset = offset
                 self.leader_epochs.truncate_from_start(offset)
                 self.producer_state.truncate(offset, self.next_offset)
-        self.delete_retained_segments()
+        self.delete_retained_segments(only_below_log_start=True)
         return self.log_start_offset
 
     # -- truncation (followers) ------------------------------------------------------------------
@@ -551,6 +564,8 @@ class Log:
             self._after_truncation()
 
     def _after_truncation(self) -> None:
+        # Truncation removes whole batches, so the end may fall below a log start inside the last one.
+        self.log_start_offset = min(self.log_start_offset, self.next_offset)
         self.high_watermark = min(max(self.high_watermark, self.log_start_offset), self.next_offset)
         self.recovery_point = min(self.recovery_point, self.next_offset)
         self.leader_epochs.truncate_from_end(self.next_offset)

@@ -70,6 +70,8 @@ class LogSegment:
             raise StorageError(f"cannot open segment {self.log_path}: {e}") from e
         self.fd = self.file.fileno()
         self.size = os.fstat(self.fd).st_size
+        # An index is a cache: a missing (or unreadable, see _open_index) one is rebuilt by load_clean.
+        self.indexes_missing = not all((directory / (stem + s)).exists() for s in (INDEX_SUFFIX, TIME_INDEX_SUFFIX))
         self.index = self._open_index(OffsetIndex, directory / (stem + INDEX_SUFFIX))
         self.time_index = self._open_index(TimeIndex, directory / (stem + TIME_INDEX_SUFFIX))
         self.max_timestamp = -1
@@ -84,6 +86,7 @@ class LogSegment:
             return cls(path, self.base_offset, self.config.segment_index_bytes, writable=False)
         except IndexCorruptError:
             path.unlink(missing_ok=True)
+            self.indexes_missing = True
             return cls(path, self.base_offset, self.config.segment_index_bytes, writable=False)
 
     # -- opening ---------------------------------------------------------------------------------
@@ -98,6 +101,9 @@ class LogSegment:
 
     def load_clean(self) -> None:
         """Trust the files (clean shutdown or before the recovery point); rebuild broken indexes only."""
+        if self.size and self.indexes_missing:
+            self.rebuild_indexes()
+            return
         try:
             self.index.sanity_check(self.size)
             self.time_index.sanity_check()
@@ -238,15 +244,20 @@ class LogSegment:
         self._index_headers(headers, start)
         self.size = start + total
 
-    def needs_roll(self, incoming_bytes: int, now_ms: int) -> bool:
+    def needs_roll(self, incoming_bytes: int, now_ms: int, max_timestamp: int | None = None) -> bool:
+        """As Kafka's shouldRoll: segment.ms is measured from the first batch's timestamp to the
+        incoming ``max_timestamp`` (record time, so replayed old data does not roll every append),
+        or from the segment's creation to ``now_ms`` when the first batch has no timestamp."""
         if not self.size:
             return False
         if self.size + incoming_bytes > self.config.segment_bytes:
             return True
         if self.index.is_full or self.time_index.is_full:
             return True
-        since = self.rolling_timestamp if self.rolling_timestamp is not None else self.created_ms
-        return now_ms - since > self.config.segment_ms
+        first = self.rolling_timestamp
+        if first is not None and first >= 0:
+            return (now_ms if max_timestamp is None else max_timestamp) - first > self.config.segment_ms
+        return now_ms - self.created_ms > self.config.segment_ms
 
     def on_roll(self) -> None:
         """The segment stops being active: record its largest timestamp and trim the indexes."""
@@ -312,7 +323,7 @@ class LogSegment:
             last_offset = header.base_offset + header.last_offset_delta
             if header.max_timestamp > self.max_timestamp:
                 self.max_timestamp, self.offset_of_max_timestamp = header.max_timestamp, last_offset
-            if since > interval:
+            if since > interval and not self.index.is_full and not self.time_index.is_full:  # sparse: may skip
                 self.index.append(last_offset, pos)
                 self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
                 since = 0

@@ -1,0 +1,85 @@
+"""Shared builders and inspectors for the storage tests (not a test module)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from odradek.clock import ManualClock
+from odradek.protocol import batch as rb
+from odradek.protocol.records import Record, RecordInput, build_batch, decode_records, iter_batches
+from odradek.storage.config import KiB, LogConfig
+from odradek.storage.log import Log
+from odradek.storage.segment import FileRegion
+
+T0 = 1_700_000_000_000
+
+
+def small_config(**overrides: object) -> LogConfig:
+    """Tiny segments and a dense index so a few dozen batches span several segments."""
+    base: dict[str, object] = {
+        "segment_bytes": 4 * KiB,
+        "index_interval_bytes": 128,
+        "segment_index_bytes": 1 * KiB,
+        "file_delete_delay_ms": 1_000,
+    }
+    base.update(overrides)
+    return LogConfig(**base)  # type: ignore[arg-type]
+
+
+def batch(
+    n: int = 1,
+    *,
+    ts: int = T0,
+    value_size: int = 20,
+    tag: str = "v",
+    timestamps: Iterable[int] | None = None,
+    **kwargs: object,
+) -> bytes:
+    """One CreateTime batch of ``n`` records; values are ``<tag><i>`` padded to ``value_size``."""
+    stamps = list(timestamps) if timestamps is not None else [ts] * n
+    assert len(stamps) == n
+    records = [
+        RecordInput(f"k{i}".encode(), f"{tag}{i}".encode().ljust(value_size, b"."), stamps[i]) for i in range(n)
+    ]
+    return build_batch(records, base_timestamp=stamps[0], **kwargs)  # type: ignore[arg-type]
+
+
+def region_batches(region: FileRegion) -> list[rb.BatchHeader]:
+    """Headers of the whole batches a region holds; fails if the region does not end on a boundary."""
+    data = region.read_bytes()
+    assert len(data) == region.length
+    headers = [h for _, h in iter_batches(data)]
+    assert sum(h.size for h in headers) == region.length
+    return headers
+
+
+def region_records(region: FileRegion) -> list[Record]:
+    data = region.read_bytes()
+    out: list[Record] = []
+    for pos, header in iter_batches(data):
+        out.extend(decode_records(data[pos : pos + header.size]))
+    return out
+
+
+def all_records(log: Log, start: int | None = None) -> list[Record]:
+    """Every record from ``start`` (default: log start) to the log end, read back through ``read``."""
+    offset = log.log_start_offset if start is None else start
+    out: list[Record] = []
+    while offset < log.next_offset:
+        region = log.read(offset, 64 * KiB)
+        assert region is not None, f"nothing read at {offset} < {log.next_offset}"
+        records = [r for r in region_records(region) if r.offset >= offset]
+        assert records, f"read at {offset} returned no record at or after it"
+        out.extend(records)
+        offset = records[-1].offset + 1
+    return out
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    """Name -> content of every file under ``directory`` (to prove nothing changed)."""
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def open_log(path: Path, config: LogConfig | None = None, clock: ManualClock | None = None, **kwargs: object) -> Log:
+    return Log.open(path, config or small_config(), clock=clock or ManualClock(T0), **kwargs)  # type: ignore[arg-type]
