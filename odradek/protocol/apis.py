@@ -1,0 +1,121 @@
+"""The table of supported Kafka APIs and version ranges, and typed request/response codecs.
+
+Request and response bodies are kio's generated dataclasses (from Kafka's message schemas); this
+module only picks the class for an (api key, version) and runs kio's reader or writer.
+
+Invariants:
+- ``SUPPORTED`` lists exactly what the broker implements; ApiVersions is derived from it, so the
+  broker never advertises an API or version that it cannot serve.
+- Floors follow Kafka 4.x (KIP-896) unless a widely used client needs lower.
+- ApiVersions responses use response header v0 at every version (KIP-511), all other flexible
+  responses header v1.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from kio.index import load_payload_module
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
+
+
+@dataclass(frozen=True, slots=True)
+class ApiRange:
+    key: int
+    name: str
+    min_version: int
+    max_version: int
+
+
+def _table(*rows: tuple[int, str, int, int]) -> dict[int, ApiRange]:
+    return {key: ApiRange(key, name, lo, hi) for key, name, lo, hi in rows}
+
+
+PRODUCE = 0
+FETCH = 1
+LIST_OFFSETS = 2
+METADATA = 3
+API_VERSIONS = 18
+CREATE_TOPICS = 19
+DELETE_TOPICS = 20
+DELETE_RECORDS = 21
+OFFSET_FOR_LEADER_EPOCH = 23
+DESCRIBE_CONFIGS = 32
+ALTER_CONFIGS = 33
+CREATE_PARTITIONS = 37
+INCREMENTAL_ALTER_CONFIGS = 44
+DESCRIBE_CLUSTER = 60
+
+SUPPORTED: dict[int, ApiRange] = _table(
+    (PRODUCE, "Produce", 3, 12),
+    (FETCH, "Fetch", 4, 17),
+    (LIST_OFFSETS, "ListOffsets", 1, 10),
+    (METADATA, "Metadata", 0, 13),
+    (API_VERSIONS, "ApiVersions", 0, 4),
+    (CREATE_TOPICS, "CreateTopics", 2, 7),
+    (DELETE_TOPICS, "DeleteTopics", 1, 6),
+    (DELETE_RECORDS, "DeleteRecords", 0, 2),
+    (OFFSET_FOR_LEADER_EPOCH, "OffsetForLeaderEpoch", 2, 4),
+    (DESCRIBE_CONFIGS, "DescribeConfigs", 1, 4),
+    (ALTER_CONFIGS, "AlterConfigs", 0, 2),
+    (CREATE_PARTITIONS, "CreatePartitions", 0, 3),
+    (INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigs", 0, 1),
+    (DESCRIBE_CLUSTER, "DescribeCluster", 0, 2),
+)
+
+
+def is_supported(api_key: int, version: int) -> bool:
+    r = SUPPORTED.get(api_key)
+    return r is not None and r.min_version <= version <= r.max_version
+
+
+@cache
+def request_class(api_key: int, version: int) -> type[Any]:
+    return _payload_class(api_key, version, EntityType.request)
+
+
+@cache
+def response_class(api_key: int, version: int) -> type[Any]:
+    return _payload_class(api_key, version, EntityType.response)
+
+
+def _payload_class(api_key: int, version: int, kind: EntityType) -> type[Any]:
+    module = load_payload_module(api_key, version, kind)  # type: ignore[arg-type]
+    for value in vars(module).values():
+        if isinstance(value, type) and getattr(value, "__type__", None) is kind:
+            return value
+    raise LookupError(f"kio has no {kind.name} class for api {api_key} v{version}")
+
+
+@cache
+def request_is_flexible(api_key: int, version: int) -> bool:
+    return bool(request_class(api_key, version).__flexible__)
+
+
+@cache
+def response_header_is_flexible(api_key: int, version: int) -> bool:
+    if api_key == API_VERSIONS:
+        return False
+    return bool(response_class(api_key, version).__flexible__)
+
+
+@cache
+def _reader(api_key: int, version: int) -> Any:
+    return entity_reader(request_class(api_key, version))
+
+
+def decode_request(api_key: int, version: int, frame: bytes | memoryview, offset: int) -> Any:
+    """Decode the request body at ``offset``; raises on malformed input (the caller maps it)."""
+    value, _size = _reader(api_key, version)(frame, offset)
+    return value
+
+
+def encode_body(response: Any) -> bytes:
+    """Serialize a kio response dataclass (no header, no size prefix)."""
+    buf = io.BytesIO()
+    entity_writer(type(response))(buf, response)
+    return buf.getvalue()
