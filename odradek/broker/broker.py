@@ -1,0 +1,220 @@
+"""The broker's state: topics, their partition logs, and the notifications that wake long polls.
+
+Handlers (``broker/handlers/``) call into this object; it owns no sockets (see ``server.py``).
+
+Invariants:
+- A partition log exists for every partition of every topic in the registry, and only for those.
+- With one replica the high watermark is the log end offset: it moves right after each append,
+  which is when acks=-1 is satisfied.
+- ``notify(topic, partition)`` wakes every fetch waiting on that partition; waiters re-read the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Iterable
+
+from odradek.broker.config import BrokerConfig
+from odradek.broker.fetch_session import FetchSessionCache
+from odradek.clock import SYSTEM_CLOCK, Clock
+from odradek.cluster.metadata import Topic, TopicRegistry, UnknownTopicError
+from odradek.protocol.errors import ErrorCode, InvalidConfigError, KafkaError
+from odradek.storage.config import LogConfig
+from odradek.storage.log import AppendInfo, Log
+from odradek.storage.manager import LogManager
+
+log = logging.getLogger(__name__)
+
+
+class NotLeaderError(KafkaError):
+    code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig, *, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.config = config
+        self.clock = clock
+        self.node_id = config.node_id
+        self.log_manager = LogManager(
+            config.log_dirs,
+            config.log_config,
+            clock=clock,
+            topic_config=self.log_config_for,
+            retention_check_interval_ms=config.retention_check_interval_ms,
+            checkpoint_interval_ms=config.checkpoint_interval_ms,
+        )
+        self.topics: TopicRegistry | None = None
+        self._waiters: dict[tuple[str, int], set[asyncio.Future[None]]] = defaultdict(set)
+        self.fetch_sessions = FetchSessionCache(config.fetch_session_slots)
+        self.started = False
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.log_manager.startup()
+        self.topics = TopicRegistry(
+            self.config.log_dirs[0], cluster_id=self.config.cluster_id, node_id=self.node_id,
+            log_dirs=self.config.log_dirs,
+        )
+        # Logs follow the registry: create missing partitions, drop logs of topics that are gone.
+        for topic in self.registry.topics.values():
+            for p in range(topic.partitions):
+                self.log_manager.get_or_create_log(topic.name, p)
+        for lg in list(self.log_manager.logs()):
+            known = self.registry.get(lg.topic)
+            if known is None or lg.partition >= known.partitions:
+                log.warning("deleting log %s: its topic no longer exists", lg.name)
+                self.log_manager.delete_log(lg.topic, lg.partition)
+        for lg in self.log_manager.logs():
+            lg.update_high_watermark(lg.next_offset)
+        self.started = True
+
+    def stop(self) -> None:
+        if self.started:
+            self.log_manager.shutdown()
+            self.started = False
+
+    @property
+    def registry(self) -> TopicRegistry:
+        assert self.topics is not None, "broker not started"
+        return self.topics
+
+    def tick(self) -> None:
+        self.log_manager.tick()
+
+    # -- configuration ---------------------------------------------------------------------------
+
+    def log_config_for(self, topic: str) -> LogConfig:
+        known = self.topics.get(topic) if self.topics is not None else None
+        if known is None or not known.configs:
+            return self.config.log_config
+        return self.config.log_config.with_overrides(known.configs)
+
+    def validate_topic_configs(self, configs: dict[str, str]) -> LogConfig:
+        """The effective config with ``configs`` applied, or ``InvalidConfigError``."""
+        try:
+            return self.config.log_config.with_overrides(configs)
+        except InvalidConfigError:
+            raise
+        except (TypeError, ValueError) as e:
+            raise InvalidConfigError(str(e)) from None
+
+    # -- topics ----------------------------------------------------------------------------------
+
+    def create_topic(self, name: str, partitions: int | None = None, replication_factor: int | None = None,
+                     configs: dict[str, str] | None = None, *, validate_only: bool = False) -> Topic | None:
+        partitions = self.config.num_partitions if partitions in (None, -1) else partitions
+        rf = self.config.default_replication_factor if replication_factor in (None, -1) else replication_factor
+        assert partitions is not None and rf is not None
+        configs = dict(configs or {})
+        self.registry.check_new(name, partitions, rf)
+        self.validate_topic_configs(configs)
+        if validate_only:
+            return None
+        topic = self.registry.add(name, partitions, configs)
+        for p in range(partitions):
+            self.log_manager.get_or_create_log(name, p)
+        log.info("created topic %s with %d partitions", name, partitions)
+        return topic
+
+    def delete_topic(self, name: str) -> Topic:
+        topic = self.registry.get(name)
+        if topic is None:
+            raise UnknownTopicError(f"topic '{name}' does not exist")
+        self.registry.remove(name)
+        for p in range(topic.partitions):
+            if self.log_manager.get_log(name, p) is not None:
+                self.log_manager.delete_log(name, p)
+            self.notify(name, p)
+        log.info("deleted topic %s", name)
+        return topic
+
+    def add_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:
+        from odradek.cluster.metadata import InvalidPartitionsError
+
+        topic = self.registry.get(name)
+        if topic is None:
+            raise UnknownTopicError(f"topic '{name}' does not exist")
+        if count <= topic.partitions:
+            raise InvalidPartitionsError(
+                f"topic '{name}' has {topic.partitions} partitions; the new count must be larger, got {count}"
+            )
+        if validate_only:
+            return
+        for p in range(topic.partitions, count):
+            self.log_manager.get_or_create_log(name, p)
+        self.registry.set_partitions(name, count)
+        log.info("topic %s now has %d partitions", name, count)
+
+    def alter_topic_configs(self, name: str, configs: dict[str, str], *, validate_only: bool = False) -> None:
+        topic = self.registry.get(name)
+        if topic is None:
+            raise UnknownTopicError(f"topic '{name}' does not exist")
+        new = self.validate_topic_configs(configs)
+        if validate_only:
+            return
+        self.registry.set_configs(name, configs)
+        for p in range(topic.partitions):
+            lg = self.log_manager.get_log(name, p)
+            if lg is not None:
+                lg.config = new
+        log.info("altered configs of topic %s: %s", name, configs)
+
+    def get_log(self, topic: str, partition: int) -> Log:
+        lg = self.log_manager.get_log(topic, partition)
+        if lg is None:
+            raise UnknownTopicError(f"this server does not host topic-partition {topic}-{partition}")
+        return lg
+
+    def partitions_of(self, names: Iterable[str]) -> list[tuple[str, int]]:
+        out = []
+        for n in names:
+            t = self.registry.get(n)
+            if t is not None:
+                out.extend((n, p) for p in range(t.partitions))
+        return out
+
+    # -- produce ---------------------------------------------------------------------------------
+
+    def append(self, topic: str, partition: int, records: bytes | bytearray) -> AppendInfo:
+        lg = self.get_log(topic, partition)
+        info = lg.append(records)
+        lg.update_high_watermark(lg.next_offset)
+        self.notify(topic, partition)
+        return info
+
+    # -- long polls ------------------------------------------------------------------------------
+
+    def wake_all(self) -> None:
+        """Wake every waiting fetch (shutdown: they answer with what they have)."""
+        for key in list(self._waiters):
+            self.notify(*key)
+
+    def notify(self, topic: str, partition: int) -> None:
+        waiters = self._waiters.pop((topic, partition), None)
+        if waiters:
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
+
+    async def wait_for_data(self, partitions: Iterable[tuple[str, int]], timeout_ms: int) -> None:
+        """Return when any of ``partitions`` is appended to, or after ``timeout_ms``."""
+        if timeout_ms <= 0:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        keys = list(partitions)
+        for key in keys:
+            self._waiters[key].add(fut)
+        try:
+            await asyncio.wait_for(fut, timeout_ms / 1000)
+        except TimeoutError:
+            pass
+        finally:
+            for key in keys:
+                s = self._waiters.get(key)
+                if s is not None:
+                    s.discard(fut)
+                    if not s:
+                        self._waiters.pop(key, None)

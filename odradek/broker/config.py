@@ -1,0 +1,253 @@
+"""Broker configuration: ``server.properties`` keys as Kafka names them, with Kafka's defaults.
+
+Invariants:
+- Every key is declared in ``KEYS`` with a type and default; an unknown key or an invalid value is
+  a ``ConfigError`` naming the key, the value and what is accepted, raised before the broker starts.
+- Keys that only matter to Kafka's own process layout (KRaft controller settings, thread counts)
+  are accepted and ignored, so a stock Kafka ``server.properties`` works unchanged.
+- Topic-level defaults (``log.segment.bytes`` ...) are turned into a ``LogConfig`` by
+  ``default_log_config``; per-topic overrides use the topic keys (``segment.bytes`` ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from odradek.protocol.errors import InvalidConfigError
+from odradek.storage.config import HOURS, MINUTES, TOPIC_TO_BROKER_KEY, LogConfig
+
+
+class ConfigError(InvalidConfigError):
+    pass
+
+
+def _bool(v: str) -> bool:
+    low = v.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    raise ValueError("expected true or false")
+
+
+@dataclass(frozen=True, slots=True)
+class Key:
+    name: str
+    parse: Callable[[str], Any]
+    default: Any
+    doc: str
+    ignored: bool = False  # accepted for compatibility, has no effect
+
+
+def _k(name: str, parse: Callable[[str], Any], default: Any, doc: str, ignored: bool = False) -> Key:
+    return Key(name, parse, default, doc, ignored)
+
+
+_LOG = LogConfig()
+KEYS: dict[str, Key] = {
+    k.name: k
+    for k in [
+        _k("node.id", int, 1, "id of this broker"),
+        _k("broker.id", int, None, "alias of node.id"),
+        _k("listeners", str, "PLAINTEXT://127.0.0.1:9092", "addresses to listen on"),
+        _k("advertised.listeners", str, None, "addresses given to clients (default: listeners)"),
+        _k("log.dirs", str, None, "comma-separated data directories"),
+        _k("log.dir", str, "data", "data directory when log.dirs is not set"),
+        _k("num.partitions", int, 1, "partitions of auto-created topics"),
+        _k("default.replication.factor", int, 1, "replication factor of auto-created topics"),
+        _k("auto.create.topics.enable", _bool, True, "create unknown topics on metadata/produce"),
+        _k("delete.topic.enable", _bool, True, "allow DeleteTopics"),
+        _k("socket.request.max.bytes", int, 100 * 1024 * 1024, "largest request accepted"),
+        _k("log.retention.ms", int, None, "retention.ms default (overrides minutes/hours)"),
+        _k("log.retention.minutes", int, None, "retention default in minutes"),
+        _k("log.retention.hours", int, 168, "retention default in hours"),
+        _k("log.retention.bytes", int, _LOG.retention_bytes, "retention.bytes default"),
+        _k("log.segment.bytes", int, _LOG.segment_bytes, "segment.bytes default"),
+        _k("log.roll.ms", int, None, "segment.ms default (overrides hours)"),
+        _k("log.roll.hours", int, 168, "segment.ms default in hours"),
+        _k("log.index.interval.bytes", int, _LOG.index_interval_bytes, "index.interval.bytes default"),
+        _k("log.index.size.max.bytes", int, _LOG.segment_index_bytes, "segment.index.bytes default"),
+        _k("log.flush.interval.messages", int, _LOG.flush_messages, "flush.messages default"),
+        _k("log.flush.interval.ms", int, None, "flush.ms default"),
+        _k("log.flush.scheduler.interval.ms", int, 1000, "how often flush.ms is checked"),
+        _k("log.retention.check.interval.ms", int, 5 * MINUTES, "how often retention runs"),
+        _k("log.flush.offset.checkpoint.interval.ms", int, 1 * MINUTES, "how often checkpoints are written"),
+        _k("log.segment.delete.delay.ms", int, _LOG.file_delete_delay_ms, "file.delete.delay.ms default"),
+        _k("message.max.bytes", int, _LOG.max_message_bytes, "max.message.bytes default"),
+        _k("log.message.timestamp.type", str, _LOG.message_timestamp_type, "message.timestamp.type default"),
+        _k("log.message.timestamp.before.max.ms", int, _LOG.message_timestamp_before_max_ms, "default"),
+        _k("log.message.timestamp.after.max.ms", int, _LOG.message_timestamp_after_max_ms, "default"),
+        _k("log.cleanup.policy", str, _LOG.cleanup_policy, "cleanup.policy default"),
+        _k("cluster.id", str, None, "cluster id (generated and kept in meta.properties if unset)"),
+        _k("fetch.max.bytes", int, 55 * 1024 * 1024, "largest fetch response"),
+        _k("max.incremental.fetch.session.cache.slots", int, 1000, "fetch sessions kept"),
+        # Accepted for compatibility with Kafka's server.properties; no effect here.
+        _k("process.roles", str, None, "KRaft roles", True),
+        _k("controller.quorum.voters", str, None, "KRaft", True),
+        _k("controller.quorum.bootstrap.servers", str, None, "KRaft", True),
+        _k("controller.listener.names", str, None, "KRaft", True),
+        _k("inter.broker.listener.name", str, None, "replication listener", True),
+        _k("listener.security.protocol.map", str, None, "listener protocols", True),
+        _k("num.network.threads", int, 3, "threads (asyncio here)", True),
+        _k("num.io.threads", int, 8, "threads (asyncio here)", True),
+        _k("num.recovery.threads.per.data.dir", int, 1, "recovery threads", True),
+        _k("socket.send.buffer.bytes", int, 102400, "socket buffer", True),
+        _k("socket.receive.buffer.bytes", int, 102400, "socket buffer", True),
+        _k("offsets.topic.replication.factor", int, 1, "consumer offsets topic", True),
+        _k("transaction.state.log.replication.factor", int, 1, "transactions", True),
+        _k("transaction.state.log.min.isr", int, 1, "transactions", True),
+        _k("share.coordinator.state.topic.replication.factor", int, 1, "share groups", True),
+        _k("share.coordinator.state.topic.min.isr", int, 1, "share groups", True),
+        _k("group.initial.rebalance.delay.ms", int, 3000, "consumer groups", True),
+        _k("offsets.topic.num.partitions", int, 50, "consumer groups", True),
+        _k("min.insync.replicas", int, 1, "replication", True),
+    ]
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    name: str
+    host: str
+    port: int
+
+
+def parse_listeners(value: str, key: str) -> list[Listener]:
+    out = []
+    for item in filter(None, (v.strip() for v in value.split(","))):
+        name, sep, rest = item.partition("://")
+        host, colon, port = rest.rpartition(":")
+        if not sep or not colon or not port.isdigit():
+            raise ConfigError(f"{key}: {item!r} is not NAME://HOST:PORT (e.g. PLAINTEXT://127.0.0.1:9092)")
+        out.append(Listener(name.upper(), host.strip("[]"), int(port)))
+    if not out:
+        raise ConfigError(f"{key} is empty")
+    return out
+
+
+class BrokerConfig:
+    """Validated broker settings. Build with ``from_properties``."""
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        self.values = dict(values)
+        self.node_id: int = values["broker.id"] if values["broker.id"] is not None else values["node.id"]
+        controller_names = {
+            n.strip().upper() for n in (values["controller.listener.names"] or "").split(",") if n.strip()
+        }
+        listeners = [
+            lst for lst in parse_listeners(values["listeners"], "listeners") if lst.name not in controller_names
+        ]
+        if not listeners:
+            raise ConfigError("listeners: no client listener (all are controller listeners)")
+        unsupported = [lst.name for lst in listeners if lst.name != "PLAINTEXT"]
+        if unsupported:
+            raise ConfigError(
+                f"listeners: only PLAINTEXT is supported, got {', '.join(unsupported)}: "
+                "use PLAINTEXT://HOST:PORT"
+            )
+        self.listener = listeners[0]
+        adv = values["advertised.listeners"]
+        advertised = parse_listeners(adv, "advertised.listeners") if adv else [self.listener]
+        advertised = [a for a in advertised if a.name == self.listener.name] or [self.listener]
+        host = advertised[0].host or "127.0.0.1"
+        if host in ("0.0.0.0", "::"):
+            host = "127.0.0.1"
+        self.advertised_host: str = host
+        self.advertised_port: int = advertised[0].port
+        dirs = values["log.dirs"] or values["log.dir"]
+        self.log_dirs: list[Path] = [Path(d.strip()) for d in dirs.split(",") if d.strip()]
+        self.num_partitions: int = values["num.partitions"]
+        self.default_replication_factor: int = values["default.replication.factor"]
+        self.auto_create_topics: bool = values["auto.create.topics.enable"]
+        self.delete_topic_enable: bool = values["delete.topic.enable"]
+        self.socket_request_max_bytes: int = values["socket.request.max.bytes"]
+        self.cluster_id: str | None = values["cluster.id"]
+        self.fetch_max_bytes: int = values["fetch.max.bytes"]
+        self.fetch_session_slots: int = values["max.incremental.fetch.session.cache.slots"]
+        self.flush_scheduler_interval_ms: int = values["log.flush.scheduler.interval.ms"]
+        self.retention_check_interval_ms: int = values["log.retention.check.interval.ms"]
+        self.checkpoint_interval_ms: int = values["log.flush.offset.checkpoint.interval.ms"]
+        for key, minimum in (("num.partitions", 1), ("default.replication.factor", 1),
+                             ("socket.request.max.bytes", 1), ("log.flush.scheduler.interval.ms", 1)):
+            if values[key] < minimum:
+                raise ConfigError(f"{key}={values[key]} is invalid: it must be >= {minimum}")
+        self.log_config: LogConfig = default_log_config(values)
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str]) -> BrokerConfig:
+        values: dict[str, Any] = {k.name: k.default for k in KEYS.values()}
+        for raw_key, raw in props.items():
+            key = raw_key.strip()
+            spec = KEYS.get(key)
+            if spec is None:
+                raise ConfigError(
+                    f"unknown config key {key!r}: check its spelling; `odradek serve --help-config` "
+                    "lists the keys Odradek knows"
+                )
+            try:
+                values[key] = spec.parse(str(raw).strip())
+            except ValueError as e:
+                raise ConfigError(f"{key}={raw!r} is invalid: {e}") from None
+        return cls(values)
+
+    def broker_config_entries(self) -> dict[str, tuple[str | None, bool]]:
+        """Every broker key with (value as string, is_default) for DescribeConfigs."""
+        out: dict[str, tuple[str | None, bool]] = {}
+        for key, spec in KEYS.items():
+            value = self.values[key]
+            out[key] = (None if value is None else _to_str(value), value == spec.default)
+        return out
+
+
+def _to_str(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def default_log_config(values: Mapping[str, Any]) -> LogConfig:
+    """The topic defaults implied by broker keys (Kafka's precedence: ms > minutes > hours)."""
+    if values["log.retention.ms"] is not None:
+        retention_ms = values["log.retention.ms"]
+    elif values["log.retention.minutes"] is not None:
+        retention_ms = values["log.retention.minutes"] * MINUTES
+    else:
+        retention_ms = values["log.retention.hours"] * HOURS
+    segment_ms = values["log.roll.ms"] if values["log.roll.ms"] is not None else values["log.roll.hours"] * HOURS
+    props: dict[str, Any] = {"retention.ms": retention_ms, "segment.ms": segment_ms}
+    for topic_key, broker_key in TOPIC_TO_BROKER_KEY.items():
+        if topic_key in props or broker_key not in values:
+            continue
+        if values[broker_key] is not None:
+            props[topic_key] = values[broker_key]
+    try:
+        return LogConfig().with_overrides(props)
+    except InvalidConfigError as e:
+        raise ConfigError(f"invalid log default: {e}") from None
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    """Parse a Java-style .properties file (``key=value`` or ``key: value``, ``#``/``!`` comments)."""
+    out: dict[str, str] = {}
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path}: {e}") from None
+    pending = ""
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = pending + raw.strip()
+        pending = ""
+        if not line or line[0] in "#!":
+            continue
+        if line.endswith("\\"):
+            pending = line[:-1]
+            continue
+        for i, ch in enumerate(line):
+            if ch in "=:":
+                key, value = line[:i].strip(), line[i + 1 :].strip()
+                break
+        else:
+            raise ConfigError(f"{path}:{lineno}: expected key=value, got {raw!r}")
+        out[key] = value
+    return out

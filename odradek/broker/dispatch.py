@@ -1,0 +1,88 @@
+"""From a request frame to a response: header parsing, version checks, decoding, the handler, encoding.
+
+Invariants:
+- An ApiVersions request of a version the broker does not know is answered in v0 format with
+  UNSUPPORTED_VERSION and the supported ranges (KIP-511), so every client can fall back.
+- For any other API, an unknown key, an unsupported version or a body that does not decode raises
+  ``CloseConnection`` with a reason the server logs with the client's address: Kafka answers these by
+  closing the connection, since it cannot encode a response in a version it does not know.
+- A handler's ``KafkaError`` never escapes: handlers map errors to per-partition codes themselves;
+  anything unexpected is logged and closes only that connection.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from odradek.broker.context import CloseConnection, RawResponse, RequestContext
+from odradek.broker.handlers import (
+    admin_configs,
+    admin_topics,
+    api_versions,
+    cluster,
+    fetch,
+    list_offsets,
+    metadata,
+    produce,
+    records_admin,
+)
+from odradek.protocol import apis, entities
+from odradek.protocol.frame import FrameError, parse_request_header, peek_header, response_prefix
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[RequestContext, Any], Awaitable[dict[str, Any] | RawResponse | None]]
+
+HANDLERS: dict[int, Handler] = {
+    apis.API_VERSIONS: api_versions.handle,
+    apis.METADATA: metadata.handle,
+    apis.PRODUCE: produce.handle,
+    apis.FETCH: fetch.handle,
+    apis.LIST_OFFSETS: list_offsets.handle,
+    apis.CREATE_TOPICS: admin_topics.handle_create_topics,
+    apis.DELETE_TOPICS: admin_topics.handle_delete_topics,
+    apis.CREATE_PARTITIONS: admin_topics.handle_create_partitions,
+    apis.DESCRIBE_CONFIGS: admin_configs.handle_describe_configs,
+    apis.ALTER_CONFIGS: admin_configs.handle_alter_configs,
+    apis.INCREMENTAL_ALTER_CONFIGS: admin_configs.handle_incremental_alter_configs,
+    apis.DESCRIBE_CLUSTER: cluster.handle_describe_cluster,
+    apis.DELETE_RECORDS: records_admin.handle_delete_records,
+    apis.OFFSET_FOR_LEADER_EPOCH: records_admin.handle_offset_for_leader_epoch,
+}
+assert set(HANDLERS) == set(apis.SUPPORTED), "every advertised API needs a handler"
+
+
+async def dispatch(ctx_factory: Callable[[Any], RequestContext], frame: bytes) -> list[bytes | Any] | None:
+    """The response frame (as chunks) for one request frame, or None when no response is due."""
+    try:
+        api_key, version, correlation_id = peek_header(frame)
+    except FrameError as e:
+        raise CloseConnection(str(e)) from None
+    if api_key == apis.API_VERSIONS and not apis.is_supported(api_key, version):
+        body = api_versions.unsupported_version_body()
+        return [response_prefix(correlation_id, len(body), flexible_header=False), body]
+    spec = apis.SUPPORTED.get(api_key)
+    if spec is None:
+        raise CloseConnection(f"unknown or unsupported api key {api_key} (v{version})")
+    if not spec.min_version <= version <= spec.max_version:
+        raise CloseConnection(
+            f"{spec.name} v{version} is not supported (supported: v{spec.min_version}-v{spec.max_version})"
+        )
+    try:
+        header = parse_request_header(frame, flexible=apis.request_is_flexible(api_key, version))
+        request = apis.decode_request(api_key, version, frame, header.size)
+    except FrameError as e:
+        raise CloseConnection(f"malformed {spec.name} v{version} request header: {e}") from None
+    except Exception as e:  # kio raises assorted errors on malformed bodies
+        raise CloseConnection(f"malformed {spec.name} v{version} request: {type(e).__name__}: {e}") from None
+    ctx = ctx_factory(header)
+    result = await HANDLERS[api_key](ctx, request)
+    if result is None:
+        return None
+    flexible_header = apis.response_header_is_flexible(api_key, version)
+    if isinstance(result, RawResponse):
+        return [response_prefix(correlation_id, result.size, flexible_header=flexible_header), *result.chunks]
+    body = apis.encode_body(entities.build(apis.response_class(api_key, version), result))
+    return [response_prefix(correlation_id, len(body), flexible_header=flexible_header), body]

@@ -1,0 +1,428 @@
+"""DescribeConfigs (v1-4), AlterConfigs (v0-2) and IncrementalAlterConfigs (v0-1).
+
+Resources are identified by ``(resource_type, resource_name)``: ``TOPIC`` (2) by topic name,
+``BROKER`` (4) by this broker's node id as a decimal string (``""`` names the cluster-wide dynamic
+defaults, of which Odradek has none). ``BROKER_LOGGER`` (8) and every other type are answered with
+``INVALID_REQUEST``.
+
+What a topic's configs are:
+- the topic keys ``LogConfig`` knows (``TOPIC_KEYS``), each with its effective value: the topic's
+  override if it has one, else the broker default (``server.properties``), else ``LogConfig``'s own;
+- ``config_source`` is ``DYNAMIC_TOPIC_CONFIG`` for an override, ``STATIC_BROKER_CONFIG`` when
+  ``server.properties`` changed the default, ``DEFAULT_CONFIG`` otherwise. With synonyms the
+  topic override comes first, then the broker keys that set the default (``log.retention.ms``,
+  ``log.retention.minutes``, ``log.retention.hours`` for ``retention.ms``) as set in
+  ``server.properties``, then their built-in defaults, as Kafka lists them;
+- topic configs are never read-only; nothing here is sensitive.
+
+Broker configs are the ``server.properties`` keys (``BrokerConfig.broker_config_entries``). They are
+all read-only: Odradek has no dynamic broker configs, so altering a ``BROKER`` resource fails with
+``INVALID_REQUEST`` and a message saying so.
+
+Invariants:
+- AlterConfigs (legacy) replaces the whole set of a topic's overrides with the given ones;
+  IncrementalAlterConfigs applies SET/DELETE/APPEND/SUBTRACT on top of the current overrides.
+  Either way the resulting set is validated as a whole by ``Broker.alter_topic_configs`` (which
+  raises ``InvalidConfigError`` carrying ``LogConfig``'s message) before anything changes, and
+  ``validate_only`` changes nothing.
+- Every client mistake is an error code (and message) on its resource; no exception escapes for one.
+- A resource named twice in one alter request is answered once, with ``INVALID_REQUEST``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from dataclasses import fields
+from typing import Any
+
+from odradek.broker.broker import Broker
+from odradek.broker.config import KEYS as BROKER_KEYS
+from odradek.broker.context import RequestContext
+from odradek.cluster.metadata import validate_topic_name
+from odradek.protocol.errors import ErrorCode, InvalidConfigError, KafkaError
+from odradek.storage.config import TOPIC_KEYS, TOPIC_TO_BROKER_KEY, LogConfig
+
+# Resource types (Kafka's ConfigResource.Type).
+TOPIC = 2
+BROKER = 4
+BROKER_LOGGER = 8
+
+# Config sources (DescribeConfigsResponse.ConfigSource).
+DYNAMIC_TOPIC_CONFIG = 1
+STATIC_BROKER_CONFIG = 4
+DEFAULT_CONFIG = 5
+
+# Config types (DescribeConfigsResponse.ConfigType, v3+).
+BOOLEAN = 1
+STRING = 2
+INT = 3
+LONG = 5
+LIST = 7
+
+# IncrementalAlterConfigs operations (AlterConfigOp.OpType).
+SET = 0
+DELETE = 1
+APPEND = 2
+SUBTRACT = 3
+_OP_NAMES = {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
+
+# Topic keys whose Kafka type is INT or LIST; every other integer key is a LONG in Kafka.
+_INT_TOPIC_KEYS = frozenset({"segment.bytes", "segment.index.bytes", "index.interval.bytes", "max.message.bytes"})
+LIST_TOPIC_KEYS = frozenset({"cleanup.policy"})
+
+# Broker keys that set a topic key's default, most specific first (Kafka's synonym order).
+_BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
+    "retention.ms": ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+    "segment.ms": ("log.roll.ms", "log.roll.hours"),
+}
+
+_TOPIC_DOCS: dict[str, str] = {
+    "segment.bytes": "Size of one segment file of the log; a new segment is rolled when it would be exceeded.",
+    "segment.ms": "Time after which a segment is rolled even if it is not full, so retention can delete it.",
+    "segment.index.bytes": "Size of the offset and time indexes of one segment.",
+    "index.interval.bytes": "How many bytes of records lie between two entries of the offset index.",
+    "flush.messages": "Number of messages after which the log is fsynced.",
+    "flush.ms": "Time after which unflushed data of the log is fsynced.",
+    "retention.ms": "How long records are kept before their segment may be deleted; -1 keeps them forever.",
+    "retention.bytes": "Largest size a partition's log may grow to before old segments are deleted; -1: no limit.",
+    "max.message.bytes": "Largest record batch the topic accepts.",
+    "message.timestamp.type": "CreateTime keeps the producer's timestamps; LogAppendTime sets the broker's.",
+    "message.timestamp.before.max.ms": "How far a batch's timestamp may lie before the broker's clock.",
+    "message.timestamp.after.max.ms": "How far a batch's timestamp may lie after the broker's clock.",
+    "file.delete.delay.ms": "Time a deleted segment's files are kept before they are removed from disk.",
+    "cleanup.policy": "What happens to old segments: delete (compact is not supported yet).",
+}
+
+_BUILTIN_DEFAULTS = LogConfig().to_properties()
+
+
+# -- describing ---------------------------------------------------------------------------------------
+
+
+_INTEGER_TOPIC_KEYS = frozenset(f.name.replace("_", ".") for f in fields(LogConfig) if isinstance(f.default, int))
+
+
+def _topic_config_type(name: str) -> int:
+    if name in LIST_TOPIC_KEYS:
+        return LIST
+    if name in _INT_TOPIC_KEYS:
+        return INT
+    return LONG if name in _INTEGER_TOPIC_KEYS else STRING
+
+
+def _broker_config_type(name: str) -> int:
+    spec = BROKER_KEYS[name]
+    if isinstance(spec.default, bool):
+        return BOOLEAN
+    if spec.parse is int:
+        return LONG if name.endswith(".ms") or name in ("log.retention.bytes", "log.flush.interval.messages") else INT
+    return STRING
+
+
+def _default_str(value: Any) -> str | None:
+    if value is None:
+        return None
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def broker_synonyms_of(topic_key: str) -> tuple[str, ...]:
+    """The broker keys whose values set ``topic_key``'s default, most specific first."""
+    if topic_key in _BROKER_SYNONYMS:
+        return _BROKER_SYNONYMS[topic_key]
+    broker_key = TOPIC_TO_BROKER_KEY.get(topic_key)
+    return (broker_key,) if broker_key is not None else ()
+
+
+def _synonym(name: str, value: str | None, source: int) -> dict[str, Any]:
+    return {"name": name, "value": value, "source": source}
+
+
+def topic_config_entries(
+    broker: Broker,
+    overrides: dict[str, str],
+    *,
+    keys: Collection[str] | None = None,
+    include_synonyms: bool = False,
+    include_documentation: bool = False,
+) -> list[dict[str, Any]]:
+    """DescribeConfigs entries of a topic with these ``overrides`` (sorted by key).
+
+    ``keys`` restricts the result (None or empty: every key). The entries also carry what
+    CreateTopics v5+ reports (name, value, read_only, config_source, is_sensitive).
+    """
+    base = broker.config.log_config
+    try:
+        effective = base.with_overrides(overrides).to_properties()
+    except (InvalidConfigError, TypeError, ValueError):
+        # Stored overrides that no longer validate (e.g. written by another version): show them.
+        effective = {**base.to_properties(), **{k: v for k, v in overrides.items() if k in TOPIC_KEYS}}
+    broker_defaults = base.to_properties()
+    broker_values = broker.config.broker_config_entries()
+    wanted = set(keys) if keys else None
+    out = []
+    for name in sorted(effective):
+        if wanted is not None and name not in wanted:
+            continue
+        synonyms: list[dict[str, Any]] = []
+        if name in overrides:
+            synonyms.append(_synonym(name, overrides[name], DYNAMIC_TOPIC_CONFIG))
+        broker_keys = [k for k in broker_synonyms_of(name) if k in BROKER_KEYS]
+        for k in broker_keys:
+            value, is_default = broker_values.get(k, (None, True))
+            if not is_default and value is not None:
+                synonyms.append(_synonym(k, value, STATIC_BROKER_CONFIG))
+        for k in broker_keys:
+            default = _default_str(BROKER_KEYS[k].default)
+            if default is not None:
+                synonyms.append(_synonym(k, default, DEFAULT_CONFIG))
+        if name in overrides:
+            source = DYNAMIC_TOPIC_CONFIG
+        elif any(s["source"] == STATIC_BROKER_CONFIG for s in synonyms) or (
+            broker_defaults.get(name) != _BUILTIN_DEFAULTS.get(name)
+        ):
+            source = STATIC_BROKER_CONFIG
+        else:
+            source = DEFAULT_CONFIG
+        out.append({
+            "name": name,
+            "value": effective[name],
+            "read_only": False,
+            "config_source": source,
+            "is_sensitive": False,
+            "synonyms": synonyms if include_synonyms else [],
+            "config_type": _topic_config_type(name),
+            "documentation": _TOPIC_DOCS.get(name) if include_documentation else None,
+        })
+    return out
+
+
+def broker_config_entries(
+    broker: Broker,
+    *,
+    keys: Collection[str] | None = None,
+    include_synonyms: bool = False,
+    include_documentation: bool = False,
+) -> list[dict[str, Any]]:
+    """DescribeConfigs entries of this broker: every ``server.properties`` key, read-only."""
+    wanted = set(keys) if keys else None
+    out = []
+    for name, (value, is_default) in sorted(broker.config.broker_config_entries().items()):
+        if wanted is not None and name not in wanted:
+            continue
+        spec = BROKER_KEYS.get(name)
+        default = _default_str(spec.default) if spec is not None else None
+        source = DEFAULT_CONFIG if is_default else STATIC_BROKER_CONFIG
+        synonyms = []
+        if not is_default:
+            synonyms.append(_synonym(name, value, STATIC_BROKER_CONFIG))
+        if default is not None:
+            synonyms.append(_synonym(name, default, DEFAULT_CONFIG))
+        out.append({
+            "name": name,
+            "value": value,
+            "read_only": True,
+            "config_source": source,
+            "is_sensitive": False,
+            "synonyms": synonyms if include_synonyms else [],
+            "config_type": _broker_config_type(name) if spec is not None else STRING,
+            "documentation": (spec.doc if spec is not None else None) if include_documentation else None,
+        })
+    return out
+
+
+def _check_broker_name(broker: Broker, name: str) -> None:
+    """Raise ``_InvalidRequest`` unless ``name`` is ``""`` or this broker's node id."""
+    if name == "":
+        return
+    try:
+        node = int(name)
+    except ValueError:
+        raise _InvalidRequest(f"broker resource name must be a broker id (an integer), got {name!r}") from None
+    if node != broker.node_id:
+        raise _InvalidRequest(f"Unexpected broker id, expected {broker.node_id} or empty string, but received {name}")
+
+
+class _InvalidRequest(KafkaError):
+    code = ErrorCode.INVALID_REQUEST
+
+
+class _UnknownTopic(KafkaError):
+    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def _topic_or_error(broker: Broker, name: str) -> Any:
+    topic = broker.registry.get(name)
+    if topic is None:
+        validate_topic_name(name)  # INVALID_TOPIC_EXCEPTION for a name no topic can have
+        raise _UnknownTopic(f"topic '{name}' does not exist")
+    return topic
+
+
+def _unsupported_type(resource_type: int) -> _InvalidRequest:
+    if resource_type == BROKER_LOGGER:
+        return _InvalidRequest("BROKER_LOGGER resources are not supported: Odradek's log levels are set at startup")
+    return _InvalidRequest(f"resource type {resource_type} is not supported: use TOPIC (2) or BROKER (4)")
+
+
+def _describe_one(ctx: RequestContext, resource: Any, include_synonyms: bool, include_documentation: bool
+                  ) -> dict[str, Any]:
+    b = ctx.broker
+    result: dict[str, Any] = {"resource_type": resource.resource_type, "resource_name": resource.resource_name,
+                              "error_code": ErrorCode.NONE, "error_message": None, "configs": []}
+    keys = resource.configuration_keys
+    try:
+        if resource.resource_type == TOPIC:
+            topic = _topic_or_error(b, resource.resource_name)
+            result["configs"] = topic_config_entries(
+                b, topic.configs, keys=keys, include_synonyms=include_synonyms,
+                include_documentation=include_documentation)
+        elif resource.resource_type == BROKER:
+            _check_broker_name(b, resource.resource_name)
+            if resource.resource_name != "":  # "": the dynamic cluster defaults, of which there are none
+                result["configs"] = broker_config_entries(
+                    b, keys=keys, include_synonyms=include_synonyms, include_documentation=include_documentation)
+        else:
+            raise _unsupported_type(resource.resource_type)
+    except KafkaError as e:
+        result.update(error_code=e.code, error_message=e.message, configs=[])
+    return result
+
+
+async def handle_describe_configs(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    include_synonyms = bool(getattr(request, "include_synonyms", False))
+    include_documentation = bool(getattr(request, "include_documentation", False))
+    results = [_describe_one(ctx, r, include_synonyms, include_documentation) for r in request.resources]
+    return {"throttle_time": 0, "results": results}
+
+
+# -- altering ----------------------------------------------------------------------------------------
+
+
+def _first_of_each(resources: Iterable[Any]) -> tuple[list[Any], set[tuple[int, str]]]:
+    """The resources in request order, once each, and the keys of those named more than once."""
+    seen: dict[tuple[int, str], Any] = {}
+    dupes: set[tuple[int, str]] = set()
+    for r in resources:
+        key = (r.resource_type, r.resource_name)
+        if key in seen:
+            dupes.add(key)
+        else:
+            seen[key] = r
+    return list(seen.values()), dupes
+
+
+def _alter_response(resource: Any, error: KafkaError | None) -> dict[str, Any]:
+    return {"resource_type": resource.resource_type, "resource_name": resource.resource_name,
+            "error_code": error.code if error is not None else ErrorCode.NONE,
+            "error_message": error.message if error is not None else None}
+
+
+def _reject_broker_alter(broker: Broker, name: str) -> _InvalidRequest:
+    try:
+        _check_broker_name(broker, name)
+    except _InvalidRequest as e:
+        return e
+    return _InvalidRequest(
+        "dynamic broker configs are not supported: set the key in server.properties and restart the broker"
+    )
+
+
+def _legacy_alter_one(ctx: RequestContext, resource: Any, validate_only: bool) -> None:
+    b = ctx.broker
+    if resource.resource_type == BROKER:
+        raise _reject_broker_alter(b, resource.resource_name)
+    if resource.resource_type != TOPIC:
+        raise _unsupported_type(resource.resource_type)
+    _topic_or_error(b, resource.resource_name)
+    nulls = [c.name for c in resource.configs if c.value is None]
+    if nulls:
+        raise InvalidConfigError(f"Null value not supported for topic configs: {', '.join(nulls)}")
+    configs = {c.name: c.value for c in resource.configs}
+    b.alter_topic_configs(resource.resource_name, configs, validate_only=validate_only)
+
+
+async def handle_alter_configs(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    resources, dupes = _first_of_each(request.resources)
+    responses = []
+    for r in resources:
+        error: KafkaError | None = None
+        if (r.resource_type, r.resource_name) in dupes:
+            error = _InvalidRequest("Duplicate resource.")
+        else:
+            try:
+                _legacy_alter_one(ctx, r, bool(request.validate_only))
+            except KafkaError as e:
+                error = e
+        responses.append(_alter_response(r, error))
+    return {"throttle_time": 0, "responses": responses}
+
+
+def _list_parts(value: str | None) -> list[str]:
+    return [p.strip() for p in (value or "").split(",") if p.strip()]
+
+
+def apply_incremental(broker: Broker, current: dict[str, str], ops: Iterable[Any]) -> dict[str, str]:
+    """The overrides after applying ``ops`` (SET/DELETE/APPEND/SUBTRACT) to ``current``.
+
+    APPEND and SUBTRACT work on list keys only; their starting value is the override if there is
+    one, else the topic's effective default. Raises ``_InvalidRequest`` or ``InvalidConfigError``.
+    """
+    ops = list(ops)
+    names = [op.name for op in ops]
+    if len(set(names)) != len(names):
+        raise _InvalidRequest("Error due to duplicate config keys")
+    unknown = [op.config_operation for op in ops if op.config_operation not in _OP_NAMES]
+    if unknown:
+        raise _InvalidRequest(
+            f"unknown config operation {unknown[0]}: use 0 (SET), 1 (DELETE), 2 (APPEND) or 3 (SUBTRACT)"
+        )
+    nulls = [op.name for op in ops if op.config_operation != DELETE and op.value is None]
+    if nulls:
+        raise _InvalidRequest(f"Null value not supported for : {', '.join(nulls)}")
+    new = dict(current)
+    defaults = broker.config.log_config.to_properties()
+    for op in ops:
+        if op.config_operation == SET:
+            new[op.name] = op.value
+        elif op.config_operation == DELETE:
+            new.pop(op.name, None)
+        else:
+            if op.name not in LIST_TOPIC_KEYS:
+                raise InvalidConfigError(
+                    f"Can't {_OP_NAMES[op.config_operation]} to key {op.name} because its type is not LIST."
+                )
+            parts = _list_parts(new.get(op.name, defaults.get(op.name)))
+            given = _list_parts(op.value)
+            if op.config_operation == APPEND:
+                parts += [p for p in given if p not in parts]
+            else:
+                parts = [p for p in parts if p not in given]
+            new[op.name] = ",".join(parts)
+    return new
+
+
+def _incremental_alter_one(ctx: RequestContext, resource: Any, validate_only: bool) -> None:
+    b = ctx.broker
+    if resource.resource_type == BROKER:
+        raise _reject_broker_alter(b, resource.resource_name)
+    if resource.resource_type != TOPIC:
+        raise _unsupported_type(resource.resource_type)
+    topic = _topic_or_error(b, resource.resource_name)
+    configs = apply_incremental(b, topic.configs, resource.configs)
+    b.alter_topic_configs(resource.resource_name, configs, validate_only=validate_only)
+
+
+async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    resources, dupes = _first_of_each(request.resources)
+    responses = []
+    for r in resources:
+        error: KafkaError | None = None
+        if (r.resource_type, r.resource_name) in dupes:
+            error = _InvalidRequest("Duplicate resource.")
+        else:
+            try:
+                _incremental_alter_one(ctx, r, bool(request.validate_only))
+            except KafkaError as e:
+                error = e
+        responses.append(_alter_response(r, error))
+    return {"throttle_time": 0, "responses": responses}

@@ -1,0 +1,65 @@
+"""DescribeCluster (v0-2): the cluster id, this broker, and this broker as the "controller".
+
+Odradek is a one-node cluster, so the answer is always the same node. As a Kafka broker does, it
+serves the broker endpoint type only: a request for controllers (``endpoint_type`` 2, which
+clients send to ``bootstrap.controllers``) gets ``MISMATCHED_ENDPOINT_TYPE``, an unknown endpoint
+type ``UNSUPPORTED_ENDPOINT_TYPE`` (both ``INVALID_REQUEST`` in v0, which cannot ask for either),
+with Kafka's messages.
+
+Invariants:
+- ``controller_id`` is this broker's node id (Kafka brokers report a live broker, never a KRaft
+  controller, since clients cannot reach controllers through a broker listener).
+- ``cluster_authorized_operations`` is Kafka's "not requested" value (INT32 min) unless the
+  client asks for it; then, as a Kafka broker without an authorizer, every cluster operation.
+- The broker's host and port are the advertised ones, the same as Metadata returns.
+- Nobody is fenced: ``include_fenced_brokers`` changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from odradek.broker.context import RequestContext
+from odradek.broker.handlers.metadata import AUTHORIZED_OPERATIONS_UNSET, broker_entries
+from odradek.protocol.errors import ErrorCode
+
+UNKNOWN_ENDPOINT = 0
+BROKER_ENDPOINT = 1
+CONTROLLER_ENDPOINT = 2
+_ENDPOINT_NAMES = {BROKER_ENDPOINT: "BROKER", CONTROLLER_ENDPOINT: "CONTROLLER"}
+
+# AclOperation codes Kafka supports on the CLUSTER resource (AclEntry.supportedOperations):
+# ALTER 7, DESCRIBE 8, CREATE 5, CLUSTER_ACTION 9, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11,
+# IDEMPOTENT_WRITE 12. With no authorizer every one of them is allowed.
+ALL_CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
+
+
+async def handle_describe_cluster(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    requested = getattr(request, "endpoint_type", BROKER_ENDPOINT)
+    if requested != BROKER_ENDPOINT:
+        if requested in _ENDPOINT_NAMES:
+            code = ErrorCode.MISMATCHED_ENDPOINT_TYPE
+            message = (f"The request was sent to an endpoint of type BROKER, "
+                       f"but we wanted an endpoint of type {_ENDPOINT_NAMES[requested]}")
+        else:
+            code = ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
+            message = f"Unsupported endpoint type {requested}"
+        if ctx.version == 0:
+            code = ErrorCode.INVALID_REQUEST
+        return {"throttle_time": 0, "error_code": code, "error_message": message,
+                "endpoint_type": BROKER_ENDPOINT, "cluster_id": "", "controller_id": -1, "brokers": [],
+                "cluster_authorized_operations": AUTHORIZED_OPERATIONS_UNSET}
+    b = ctx.broker
+    brokers = [{"broker_id": e["node_id"], "host": e["host"], "port": e["port"], "rack": e["rack"],
+                "is_fenced": False} for e in broker_entries(ctx)]
+    ops = ALL_CLUSTER_OPERATIONS if request.include_cluster_authorized_operations else AUTHORIZED_OPERATIONS_UNSET
+    return {
+        "throttle_time": 0,
+        "error_code": ErrorCode.NONE,
+        "error_message": None,
+        "endpoint_type": BROKER_ENDPOINT,
+        "cluster_id": b.registry.cluster_id,
+        "controller_id": b.node_id,
+        "brokers": brokers,
+        "cluster_authorized_operations": ops,
+    }

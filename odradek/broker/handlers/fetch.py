@@ -1,0 +1,216 @@
+"""Fetch: long polling, fetch sessions, and record sets sent with sendfile.
+
+Per partition: records from ``fetch_offset`` up to the high watermark, at most
+``partition_max_bytes``, within the response's ``max_bytes``; the first batch of the first
+partition with data is returned whole even if it is larger (so consumers always progress). If
+fewer than ``min_bytes`` are available the request waits up to ``max_wait_ms`` for an append to any
+of its partitions.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from odradek.broker.context import RawResponse, RequestContext
+from odradek.broker.fetch_session import FetchSession, SessionPartition
+from odradek.protocol import fetch_response as fr
+from odradek.protocol.entities import millis
+from odradek.protocol.errors import ErrorCode, KafkaError, OffsetOutOfRangeError
+
+READ_COMMITTED = 1
+_ZERO_UUID = uuid.UUID(int=0)
+
+
+@dataclass(slots=True)
+class _Want:
+    topic: str
+    topic_id: uuid.UUID
+    partition: int
+    state: SessionPartition
+    error: int = 0
+
+
+async def handle(ctx: RequestContext, request: Any) -> RawResponse:
+    b = ctx.broker
+    v = ctx.version
+    now = b.clock.milliseconds()
+    session_id = request.session_id if v >= 7 else 0
+    epoch = request.session_epoch if v >= 7 else -1
+    cache = b.fetch_sessions
+    session: FetchSession | None = None
+    incremental = False
+
+    if epoch == -1:
+        if session_id:
+            cache.remove(session_id)
+        wants = _requested(ctx, request)
+    elif epoch == 0:
+        if session_id:
+            cache.remove(session_id)
+        wants = _requested(ctx, request)
+        session = cache.create(now)
+        if session is not None:
+            for w in wants:
+                session.partitions[(w.topic, w.partition)] = w.state
+    else:
+        session = cache.get(session_id)
+        if session is None:
+            return RawResponse(fr.encode(v, [], error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND))
+        if epoch != session.next_epoch:
+            return RawResponse(fr.encode(v, [], error_code=ErrorCode.INVALID_FETCH_SESSION_EPOCH,
+                                         session_id=session.session_id))
+        incremental = True
+        for forgotten in request.forgotten_topics_data or ():
+            name = _topic_name(ctx, forgotten)
+            for p in forgotten.partitions:
+                session.partitions.pop((name, p), None)
+        for w in _requested(ctx, request):
+            old = session.partitions.get((w.topic, w.partition))
+            if old is not None:
+                w.state.sent_high_watermark = old.sent_high_watermark
+                w.state.sent_last_stable_offset = old.sent_last_stable_offset
+                w.state.sent_log_start_offset = old.sent_log_start_offset
+            session.partitions[(w.topic, w.partition)] = w.state
+        wants = [_want_from_session(ctx, key, state) for key, state in session.partitions.items()]
+
+    max_bytes = min(request.max_bytes, b.config.fetch_max_bytes) if request.max_bytes > 0 else 0
+    max_wait = millis(request.max_wait)
+    min_bytes = request.min_bytes
+    read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+    deadline = time.monotonic() + max_wait / 1000
+    while True:
+        topics, total, errors = _read(ctx, wants, max_bytes, read_committed)
+        remaining_ms = (deadline - time.monotonic()) * 1000
+        if total >= min_bytes or errors or remaining_ms <= 0 or not wants:
+            break
+        await b.wait_for_data([(w.topic, w.partition) for w in wants], int(remaining_ms) + 1)
+        if time.monotonic() >= deadline:
+            topics, total, errors = _read(ctx, wants, max_bytes, read_committed)
+            break
+
+    if session is not None:
+        topics = _track(session, topics, wants, incremental)
+        session.advance(now)
+    return RawResponse(fr.encode(v, topics, session_id=session.session_id if session is not None else 0))
+
+
+def _topic_name(ctx: RequestContext, t: Any) -> str:
+    name = getattr(t, "topic", None)
+    if name is not None:
+        return str(name)
+    found = ctx.broker.registry.by_id(t.topic_id)
+    return found.name if found is not None else f"<unknown topic id {t.topic_id}>"
+
+
+def _requested(ctx: RequestContext, request: Any) -> list[_Want]:
+    wants = []
+    for t in request.topics:
+        name = _topic_name(ctx, t)
+        topic = ctx.broker.registry.get(name)
+        topic_id = getattr(t, "topic_id", None) or (topic.topic_id if topic is not None else _ZERO_UUID)
+        for p in t.partitions:
+            state = SessionPartition(p.fetch_offset, p.partition_max_bytes, getattr(p, "current_leader_epoch", -1))
+            wants.append(_want(ctx, name, topic_id, p.partition, state, by_id=hasattr(t, "topic_id")))
+    return wants
+
+
+def _want_from_session(ctx: RequestContext, key: tuple[str, int], state: SessionPartition) -> _Want:
+    topic = ctx.broker.registry.get(key[0])
+    return _want(ctx, key[0], topic.topic_id if topic is not None else _ZERO_UUID, key[1], state, by_id=False)
+
+
+def _want(ctx: RequestContext, name: str, topic_id: uuid.UUID, partition: int, state: SessionPartition,
+          *, by_id: bool) -> _Want:
+    topic = ctx.broker.registry.get(name)
+    error = 0
+    if topic is None:
+        error = ErrorCode.UNKNOWN_TOPIC_ID if by_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    elif partition >= topic.partitions or partition < 0:
+        error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    return _Want(name, topic_id, partition, state, error)
+
+
+def _read(
+    ctx: RequestContext, wants: list[_Want], max_bytes: int, read_committed: bool
+) -> tuple[list[fr.TopicData], int, int]:
+    b = ctx.broker
+    by_topic: dict[str, fr.TopicData] = {}
+    remaining = max_bytes
+    min_one = True
+    total = 0
+    errors = 0
+    for w in wants:
+        td = by_topic.get(w.topic)
+        if td is None:
+            td = by_topic[w.topic] = fr.TopicData(w.topic, w.topic_id)
+        pd = fr.PartitionData(w.partition)
+        td.partitions.append(pd)
+        if w.error:
+            pd.error_code = w.error
+            errors += 1
+            continue
+        lg = b.log_manager.get_log(w.topic, w.partition)
+        if lg is None:
+            pd.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            errors += 1
+            continue
+        pd.high_watermark = lg.high_watermark
+        pd.last_stable_offset = lg.high_watermark
+        pd.log_start_offset = lg.log_start_offset
+        pd.aborted_transactions = [] if read_committed else None
+        leader_epoch = lg.leader_epochs.latest_epoch or 0
+        if w.state.current_leader_epoch >= 0 and w.state.current_leader_epoch != leader_epoch:
+            pd.error_code = (ErrorCode.FENCED_LEADER_EPOCH if w.state.current_leader_epoch < leader_epoch
+                             else ErrorCode.UNKNOWN_LEADER_EPOCH)
+            errors += 1
+            continue
+        if w.state.fetch_offset > lg.high_watermark and w.state.fetch_offset <= lg.next_offset:
+            continue  # above the high watermark but inside the log: nothing visible yet
+        limit = min(w.state.max_bytes, remaining)
+        if limit <= 0 and not min_one:
+            continue
+        try:
+            region = lg.read(w.state.fetch_offset, max(limit, 0), max_offset=lg.high_watermark, min_one=min_one)
+        except OffsetOutOfRangeError:
+            pd.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
+            errors += 1
+            continue
+        except KafkaError as e:
+            pd.error_code = e.code
+            errors += 1
+            continue
+        if region is not None and region.length:
+            pd.records = region
+            total += region.length
+            remaining -= region.length
+            min_one = False
+    return list(by_topic.values()), total, errors
+
+
+def _track(session: FetchSession, topics: list[fr.TopicData], wants: list[_Want],
+           incremental: bool) -> list[fr.TopicData]:
+    """Remember what was sent; for incremental fetches keep only partitions worth sending."""
+    out = []
+    for td in topics:
+        kept = []
+        for pd in td.partitions:
+            state = session.partitions.get((td.name, pd.partition_index))
+            changed = state is None or (
+                pd.records is not None or pd.error_code != 0
+                or pd.high_watermark != state.sent_high_watermark
+                or pd.last_stable_offset != state.sent_last_stable_offset
+                or pd.log_start_offset != state.sent_log_start_offset
+            )
+            if state is not None:
+                state.sent_high_watermark = pd.high_watermark
+                state.sent_last_stable_offset = pd.last_stable_offset
+                state.sent_log_start_offset = pd.log_start_offset
+            if changed or not incremental:
+                kept.append(pd)
+        if kept:
+            td.partitions = kept
+            out.append(td)
+    return out

@@ -1,0 +1,51 @@
+"""ListOffsets: earliest, latest, max timestamp, or the first offset at or after a timestamp."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from odradek.broker.context import RequestContext
+from odradek.protocol.errors import ErrorCode, KafkaError
+
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4
+LATEST_TIERED = -5
+
+
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    b = ctx.broker
+    topics = []
+    for t in request.topics:
+        parts = []
+        for p in t.partitions:
+            entry: dict[str, Any] = {"partition_index": p.partition_index, "error_code": ErrorCode.NONE,
+                                     "timestamp": -1, "offset": -1, "leader_epoch": -1}
+            try:
+                lg = b.get_log(t.name, p.partition_index)
+                ts = p.timestamp
+                if ts == LATEST:
+                    entry["offset"] = lg.high_watermark
+                elif ts in (EARLIEST, EARLIEST_LOCAL):
+                    entry["offset"] = lg.log_start_offset
+                elif ts == LATEST_TIERED:
+                    pass  # no tiered storage: nothing is tiered
+                elif ts == MAX_TIMESTAMP:
+                    found = lg.max_timestamp_offset()
+                    if found is not None:
+                        entry["timestamp"], entry["offset"] = found.timestamp, found.offset
+                elif ts < 0:
+                    entry["error_code"] = ErrorCode.UNSUPPORTED_VERSION
+                else:
+                    found = lg.offset_for_timestamp(ts)
+                    if found is not None and found.offset < lg.high_watermark:
+                        entry["timestamp"], entry["offset"] = found.timestamp, found.offset
+                if entry["offset"] >= 0:
+                    epoch = lg.leader_epochs.epoch_for_offset(entry["offset"])
+                    entry["leader_epoch"] = epoch if epoch is not None else -1
+            except KafkaError as e:
+                entry["error_code"] = e.code
+            parts.append(entry)
+        topics.append({"name": t.name, "partitions": parts})
+    return {"throttle_time": 0, "topics": topics}

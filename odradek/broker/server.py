@@ -1,0 +1,146 @@
+"""The network loop: accept connections, read frames, dispatch, write responses. The only I/O wiring.
+
+Invariants:
+- Requests on one connection are handled one at a time, in order, so responses go out in request
+  order (as Kafka does); pipelined requests wait in the socket buffer. Each connection is its own
+  task, so a slow client only delays itself.
+- A size prefix larger than ``socket.request.max.bytes`` closes the connection before any buffer
+  for the frame is allocated. Every closed-on-error connection is logged with address and reason.
+- Record sets in Fetch responses go from the page cache to the socket with ``sendfile``.
+- Shutdown: stop accepting, let in-flight requests finish and answer, close idle connections,
+  then flush and mark the logs clean.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from typing import Any
+
+from odradek.broker.broker import Broker
+from odradek.broker.context import CloseConnection, RequestContext
+from odradek.broker.dispatch import dispatch
+from odradek.protocol.frame import RequestHeader
+from odradek.storage.segment import FileRegion
+
+log = logging.getLogger(__name__)
+
+_WRITE_HIGH_WATER = 1 << 20
+
+
+class Server:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.config = broker.config
+        self._server: asyncio.Server | None = None
+        self._connections: dict[asyncio.Task[None], bool] = {}  # task -> busy with a request
+        self._closing = False
+        self._ticker: asyncio.Task[None] | None = None
+        self.port: int | None = None
+
+    async def start(self) -> None:
+        self.broker.start()
+        lst = self.config.listener
+        self._server = await asyncio.start_server(
+            self._on_connection, host=lst.host or None, port=lst.port, reuse_address=True, backlog=1024,
+        )
+        sock = self._server.sockets[0]
+        self.port = sock.getsockname()[1]
+        if self.config.advertised_port == 0:
+            self.config.advertised_port = self.port
+        self._ticker = asyncio.create_task(self._tick_forever())
+        log.info("broker %d listening on %s:%d (advertised %s:%d), data in %s", self.broker.node_id,
+                 lst.host or "*", self.port, self.config.advertised_host, self.config.advertised_port,
+                 ", ".join(str(d) for d in self.config.log_dirs))
+
+    async def stop(self) -> None:
+        """Graceful shutdown (SIGTERM/SIGINT)."""
+        if self._closing:
+            return
+        self._closing = True
+        log.info("shutting down: no new connections, finishing in-flight requests")
+        if self._server is not None:
+            self._server.close()
+        if self._ticker is not None:
+            self._ticker.cancel()
+        for task, busy in list(self._connections.items()):
+            if not busy:
+                task.cancel()
+        self.broker.wake_all()
+        if self._connections:
+            await asyncio.wait(list(self._connections), timeout=30)
+        if self._server is not None:
+            await self._server.wait_closed()
+        self.broker.stop()
+        log.info("shutdown complete: logs flushed and marked clean")
+
+    async def _tick_forever(self) -> None:
+        interval = self.config.flush_scheduler_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await asyncio.to_thread(self.broker.tick)
+            except Exception:
+                log.exception("periodic log maintenance failed")
+
+    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections[task] = False
+        peername = writer.get_extra_info("peername")
+        peer = f"{peername[0]}:{peername[1]}" if isinstance(peername, tuple) else str(peername)
+        sock: socket.socket | None = writer.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        state: dict[str, Any] = {}
+        limit = self.config.socket_request_max_bytes
+
+        def make_ctx(header: RequestHeader) -> RequestContext:
+            return RequestContext(self.broker, header, peer, state)
+
+        try:
+            while not self._closing:
+                prefix = await reader.readexactly(4)
+                size = int.from_bytes(prefix, "big", signed=True)
+                if size <= 0 or size > limit:
+                    what = "exceeds socket.request.max.bytes=" + str(limit) if size > 0 else "is invalid"
+                    log.warning("closing connection from %s: request size %d %s", peer, size, what)
+                    return
+                frame = await reader.readexactly(size)
+                self._connections[task] = True
+                try:
+                    chunks = await dispatch(make_ctx, frame)
+                except CloseConnection as e:
+                    log.warning("closing connection from %s: %s", peer, e)
+                    return
+                if chunks is not None:
+                    await self._send(writer, chunks)
+                self._connections[task] = False
+        except asyncio.IncompleteReadError as e:
+            if e.partial:
+                log.info("connection from %s closed in the middle of a request (%d bytes)", peer, len(e.partial))
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        except Exception:
+            log.exception("closing connection from %s after an internal error", peer)
+        finally:
+            self._connections.pop(task, None)
+            writer.close()
+
+    async def _send(self, writer: asyncio.StreamWriter, chunks: list[Any]) -> None:
+        loop = asyncio.get_running_loop()
+        pending: list[bytes] = []
+        for chunk in chunks:
+            if isinstance(chunk, FileRegion):
+                if pending:
+                    writer.write(b"".join(pending))
+                    pending.clear()
+                await writer.drain()
+                await loop.sendfile(writer.transport, chunk.file, chunk.position, chunk.length)
+            else:
+                pending.append(chunk)
+        if pending:
+            writer.write(b"".join(pending) if len(pending) > 1 else pending[0])
+        if writer.transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
+            await writer.drain()

@@ -1,0 +1,90 @@
+"""``odradek serve``: run one broker until SIGTERM/SIGINT.
+
+Settings come, in increasing precedence, from Kafka's defaults, ``--config server.properties``,
+``--override key=value`` options, and the ``--port``/``--host``/``--data-dir`` shortcuts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from odradek.broker.config import KEYS, BrokerConfig, ConfigError, read_properties
+
+log = logging.getLogger("odradek.serve")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "serve",
+        help="run a broker (127.0.0.1:9092, data in ./data by default)",
+        description="Run one Odradek broker that Kafka clients connect to.",
+    )
+    p.add_argument("--config", metavar="FILE", help="server.properties-style file (Kafka's keys)")
+    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                   help="set one config key (repeatable), e.g. --override num.partitions=3")
+    p.add_argument("--port", type=int, help="port to listen on (0 picks a free one)")
+    p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--data-dir", help="data directory (log.dirs)")
+    p.add_argument("--help-config", action="store_true", help="list the config keys and their defaults")
+    p.set_defaults(func=run)
+
+
+def build_config(args: argparse.Namespace) -> BrokerConfig:
+    props: dict[str, str] = {}
+    if args.config:
+        from pathlib import Path
+
+        props.update(read_properties(Path(args.config)))
+    for item in args.override:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--override {item!r} is not KEY=VALUE")
+        props[key.strip()] = value.strip()
+    if args.port is not None or args.host is not None:
+        base = BrokerConfig.from_properties(props).listener
+        host = args.host if args.host is not None else (base.host or "127.0.0.1")
+        port = args.port if args.port is not None else base.port
+        props["listeners"] = f"PLAINTEXT://{host}:{port}"
+    if args.data_dir:
+        props["log.dirs"] = args.data_dir
+    return BrokerConfig.from_properties(props)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.help_config:
+        for key, spec in KEYS.items():
+            note = " (accepted, no effect)" if spec.ignored else ""
+            print(f"{key}={'' if spec.default is None else spec.default}  # {spec.doc}{note}")
+        return 0
+    try:
+        config = build_config(args)
+    except ConfigError as e:
+        print(f"odradek serve: invalid configuration: {e}", file=sys.stderr)
+        return 2
+    return asyncio.run(_serve(config))
+
+
+async def _serve(config: BrokerConfig) -> int:
+    from odradek.broker.broker import Broker
+    from odradek.broker.server import Server
+    from odradek.protocol.errors import KafkaError
+
+    server = Server(Broker(config))
+    try:
+        await server.start()
+    except (KafkaError, OSError) as e:
+        log.error("cannot start: %s", e)
+        server.broker.stop()
+        return 1
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    log.info("started (press Ctrl-C to stop)")
+    await stop.wait()
+    await server.stop()
+    return 0

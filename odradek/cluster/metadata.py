@@ -1,0 +1,193 @@
+"""Cluster metadata of a single-node cluster: the cluster id and the topics (id, partitions, configs).
+
+Kafka keeps this in its KRaft metadata log; a one-broker Odradek keeps it in one JSON document,
+``odradek-metadata.json`` in the first log directory, replaced atomically on every change, and a
+``meta.properties`` (cluster.id, node.id) in every log directory, as Kafka does.
+
+Invariants:
+- Topic names follow Kafka's rules: 1..249 characters of ``[a-zA-Z0-9._-]``, not ``.`` or ``..``,
+  and no two topics collide once ``.`` and ``_`` are treated alike.
+- A topic's id never changes; a re-created topic gets a new id.
+- Configs stored per topic are only the overrides; effective values come from ``LogConfig``.
+- Every change is persisted before it is visible to requests (``write_atomically``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from odradek.protocol.errors import ErrorCode, KafkaError
+from odradek.storage.checkpoint import write_atomically
+
+METADATA_FILE = "odradek-metadata.json"
+META_PROPERTIES = "meta.properties"
+MAX_TOPIC_NAME = 249
+_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+
+class InvalidTopicError(KafkaError):
+    code = ErrorCode.INVALID_TOPIC_EXCEPTION
+
+
+class TopicExistsError(KafkaError):
+    code = ErrorCode.TOPIC_ALREADY_EXISTS
+
+
+class UnknownTopicError(KafkaError):
+    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+class InvalidPartitionsError(KafkaError):
+    code = ErrorCode.INVALID_PARTITIONS
+
+
+class InvalidReplicationFactorError(KafkaError):
+    code = ErrorCode.INVALID_REPLICATION_FACTOR
+
+
+def validate_topic_name(name: str) -> None:
+    if not name:
+        raise InvalidTopicError("topic name is empty")
+    if name in (".", ".."):
+        raise InvalidTopicError(f"topic name {name!r} is not allowed")
+    if len(name) > MAX_TOPIC_NAME:
+        raise InvalidTopicError(f"topic name is {len(name)} characters long; the limit is {MAX_TOPIC_NAME}")
+    if not _LEGAL.match(name):
+        raise InvalidTopicError(
+            f"topic name {name!r} contains characters other than ASCII letters, digits, '.', '_' and '-'"
+        )
+
+
+@dataclass(slots=True)
+class Topic:
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
+    configs: dict[str, str] = field(default_factory=dict)
+    internal: bool = False
+
+
+class TopicRegistry:
+    """The topics of the cluster, persisted in ``<dir>/odradek-metadata.json``."""
+
+    def __init__(self, directory: Path, *, cluster_id: str | None, node_id: int, log_dirs: list[Path]) -> None:
+        self.path = directory / METADATA_FILE
+        self.topics: dict[str, Topic] = {}
+        self._by_id: dict[uuid.UUID, Topic] = {}
+        self.cluster_id = self._load(cluster_id)
+        for d in log_dirs:
+            self._check_meta_properties(d, node_id)
+
+    # -- persistence -----------------------------------------------------------------------------
+
+    def _load(self, cluster_id: str | None) -> str:
+        if self.path.exists():
+            try:
+                doc = json.loads(self.path.read_text(encoding="utf-8"))
+                stored = doc["cluster_id"]
+                for t in doc["topics"]:
+                    topic = Topic(t["name"], uuid.UUID(t["id"]), int(t["partitions"]), dict(t["configs"]),
+                                  bool(t.get("internal", False)))
+                    self.topics[topic.name] = topic
+                    self._by_id[topic.topic_id] = topic
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                raise KafkaError(f"cluster metadata file {self.path} is unreadable: {e}") from e
+            if cluster_id and cluster_id != stored:
+                raise KafkaError(
+                    f"cluster.id={cluster_id} does not match {stored} stored in {self.path}: "
+                    "this data belongs to another cluster"
+                )
+            return str(stored)
+        new_id = cluster_id or _new_cluster_id()
+        self.cluster_id = new_id
+        self._save()
+        return new_id
+
+    def _save(self) -> None:
+        doc = {
+            "version": 1,
+            "cluster_id": self.cluster_id,
+            "topics": [
+                {"name": t.name, "id": str(t.topic_id), "partitions": t.partitions, "configs": t.configs,
+                 "internal": t.internal}
+                for t in sorted(self.topics.values(), key=lambda t: t.name)
+            ],
+        }
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(self.path, json.dumps(doc, indent=1).encode())
+
+    def _check_meta_properties(self, d: Path, node_id: int) -> None:
+        path = d / META_PROPERTIES
+        if path.exists():
+            props = dict(
+                line.split("=", 1) for line in path.read_text().splitlines() if "=" in line and line[0] != "#"
+            )
+            if props.get("cluster.id") not in (None, self.cluster_id):
+                raise KafkaError(f"{path} belongs to cluster {props.get('cluster.id')}, not {self.cluster_id}")
+            if props.get("node.id") not in (None, str(node_id)):
+                raise KafkaError(
+                    f"{path} was written by node.id={props.get('node.id')}, but this broker is node.id={node_id}: "
+                    "use the same node.id or another log.dirs"
+                )
+            return
+        d.mkdir(parents=True, exist_ok=True)
+        write_atomically(path, f"version=1\ncluster.id={self.cluster_id}\nnode.id={node_id}\n".encode())
+
+    # -- queries and changes -----------------------------------------------------------------------
+
+    def get(self, name: str) -> Topic | None:
+        return self.topics.get(name)
+
+    def by_id(self, topic_id: uuid.UUID) -> Topic | None:
+        return self._by_id.get(topic_id)
+
+    def check_new(self, name: str, partitions: int, replication_factor: int) -> None:
+        """Raise the error Kafka gives for creating this topic, or return if it may be created."""
+        validate_topic_name(name)
+        if name in self.topics:
+            raise TopicExistsError(f"topic '{name}' already exists")
+        folded = name.replace(".", "_")
+        for other in self.topics:
+            if other.replace(".", "_") == folded:
+                raise InvalidTopicError(
+                    f"topic '{name}' collides with existing topic '{other}' ('.' and '_' are treated alike)"
+                )
+        if partitions < 1:
+            raise InvalidPartitionsError(f"number of partitions must be at least 1, got {partitions}")
+        if replication_factor < 1:
+            raise InvalidReplicationFactorError(f"replication factor must be at least 1, got {replication_factor}")
+        if replication_factor > 1:
+            raise InvalidReplicationFactorError(
+                f"replication factor {replication_factor} is larger than the 1 available broker"
+            )
+
+    def add(self, name: str, partitions: int, configs: dict[str, str], *, internal: bool = False) -> Topic:
+        topic = Topic(name, uuid.uuid4(), partitions, dict(configs), internal)
+        self.topics[name] = topic
+        self._by_id[topic.topic_id] = topic
+        self._save()
+        return topic
+
+    def remove(self, name: str) -> Topic:
+        topic = self.topics.pop(name)
+        self._by_id.pop(topic.topic_id, None)
+        self._save()
+        return topic
+
+    def set_partitions(self, name: str, partitions: int) -> None:
+        self.topics[name].partitions = partitions
+        self._save()
+
+    def set_configs(self, name: str, configs: dict[str, str]) -> None:
+        self.topics[name].configs = dict(configs)
+        self._save()
+
+
+def _new_cluster_id() -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
