@@ -6,13 +6,14 @@ import argparse
 import logging
 import sys
 
-from odradek.cli import dump_log
+from odradek.cli import dump_log, serve
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="odradek", description="Odradek: a Kafka-compatible event streaming platform")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    serve.add_parser(sub)
     dump_log.add_parser(sub)
     return parser
 
