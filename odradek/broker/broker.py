@@ -49,6 +49,7 @@ class Broker:
         self._waiters: dict[tuple[str, int], set[asyncio.Future[None]]] = defaultdict(set)
         self.fetch_sessions = FetchSessionCache(config.fetch_session_slots)
         self.started = False
+        self.shutting_down = False  # set by wake_all: long polls stop waiting and answer
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -189,6 +190,7 @@ class Broker:
 
     def wake_all(self) -> None:
         """Wake every waiting fetch (shutdown: they answer with what they have)."""
+        self.shutting_down = True
         for key in list(self._waiters):
             self.notify(*key)
 

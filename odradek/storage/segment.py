@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from odradek.protocol import batch as rb
-from odradek.protocol.errors import CorruptRecordError, StorageError
+from odradek.protocol.errors import CorruptRecordError, InvalidRecordError, StorageError
 from odradek.storage.config import LogConfig
 from odradek.storage.index import IndexCorruptError, OffsetIndex, TimeIndex
 
@@ -101,7 +101,9 @@ class LogSegment:
 
     def load_clean(self) -> None:
         """Trust the files (clean shutdown or before the recovery point); rebuild broken indexes only."""
-        if self.size and self.indexes_missing:
+        # A rolled segment with data always has a time-index entry (written at roll): an empty file is
+        # one lost in a crash, and would leave the segment without a largest timestamp.
+        if self.size and (self.indexes_missing or not self.time_index.entries):
             self.rebuild_indexes()
             return
         try:
@@ -354,9 +356,11 @@ class LogSegment:
                 chunk_at, off = pos, 0
             try:
                 header = rb.check_batch(chunk, off, available=size)
-            except CorruptRecordError:
+            except (CorruptRecordError, InvalidRecordError):  # a damaged magic byte reads as v0/v1
                 break
-            if header.base_offset < expected:
+            # baseOffset is outside the CRC: a damaged one may go backwards or out of the segment's
+            # relative-offset range (which appends never exceed: the log rolls first).
+            if header.base_offset < expected or header.last_offset - self.base_offset > 0x7FFFFFFF:
                 break
             if on_batch is not None:
                 on_batch(header)

@@ -84,7 +84,7 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse:
     while True:
         topics, total, errors = _read(ctx, wants, max_bytes, read_committed)
         remaining_ms = (deadline - time.monotonic()) * 1000
-        if total >= min_bytes or errors or remaining_ms <= 0 or not wants:
+        if total >= min_bytes or errors or remaining_ms <= 0 or not wants or b.shutting_down:
             break
         await b.wait_for_data([(w.topic, w.partition) for w in wants], int(remaining_ms) + 1)
         if time.monotonic() >= deadline:
@@ -93,7 +93,8 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse:
 
     if session is not None:
         topics = _track(session, topics, wants, incremental)
-        session.advance(now)
+        if incremental:  # a new session already expects epoch 1
+            session.advance(now)
     return RawResponse(fr.encode(v, topics, session_id=session.session_id if session is not None else 0))
 
 
