@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from odradek.cli import dump_log, serve
+from odradek.cli import configs, consume, dump_log, produce, serve, topics
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -15,6 +15,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve.add_parser(sub)
     dump_log.add_parser(sub)
+    topics.add_parser(sub)
+    produce.add_parser(sub)
+    consume.add_parser(sub)
+    configs.add_parser(sub)
     return parser
 
 
