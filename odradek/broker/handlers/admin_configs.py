@@ -31,7 +31,7 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import fields
 from typing import Any
 
@@ -327,21 +327,19 @@ def _reject_broker_alter(broker: Broker, name: str) -> _InvalidRequest:
     )
 
 
-def _legacy_alter_one(ctx: RequestContext, resource: Any, validate_only: bool) -> None:
-    b = ctx.broker
+def _alterable_topic(b: Broker, resource: Any) -> Any:
+    """The topic an alter request names, or the error Kafka gives for other resources."""
     if resource.resource_type == BROKER:
         raise _reject_broker_alter(b, resource.resource_name)
     if resource.resource_type != TOPIC:
         raise _unsupported_type(resource.resource_type)
-    _topic_or_error(b, resource.resource_name)
-    nulls = [c.name for c in resource.configs if c.value is None]
-    if nulls:
-        raise InvalidConfigError(f"Null value not supported for topic configs: {', '.join(nulls)}")
-    configs = {c.name: c.value for c in resource.configs}
-    b.alter_topic_configs(resource.resource_name, configs, validate_only=validate_only)
+    return _topic_or_error(b, resource.resource_name)
 
 
-async def handle_alter_configs(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def _alter_all(
+    ctx: RequestContext, request: Any, alter_one: Callable[[RequestContext, Any, bool], None]
+) -> dict[str, Any]:
+    """Apply ``alter_one`` to each resource; duplicates and errors are answered per resource."""
     resources, dupes = _first_of_each(request.resources)
     responses = []
     for r in resources:
@@ -350,11 +348,25 @@ async def handle_alter_configs(ctx: RequestContext, request: Any) -> dict[str, A
             error = _InvalidRequest("Duplicate resource.")
         else:
             try:
-                _legacy_alter_one(ctx, r, bool(request.validate_only))
+                alter_one(ctx, r, bool(request.validate_only))
             except KafkaError as e:
                 error = e
         responses.append(_alter_response(r, error))
     return {"throttle_time": 0, "responses": responses}
+
+
+def _legacy_alter_one(ctx: RequestContext, resource: Any, validate_only: bool) -> None:
+    b = ctx.broker
+    _alterable_topic(b, resource)
+    nulls = [c.name for c in resource.configs if c.value is None]
+    if nulls:
+        raise InvalidConfigError(f"Null value not supported for topic configs: {', '.join(nulls)}")
+    configs = {c.name: c.value for c in resource.configs}
+    b.alter_topic_configs(resource.resource_name, configs, validate_only=validate_only)
+
+
+async def handle_alter_configs(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    return _alter_all(ctx, request, _legacy_alter_one)
 
 
 def _list_parts(value: str | None) -> list[str]:
@@ -403,26 +415,10 @@ def apply_incremental(broker: Broker, current: dict[str, str], ops: Iterable[Any
 
 def _incremental_alter_one(ctx: RequestContext, resource: Any, validate_only: bool) -> None:
     b = ctx.broker
-    if resource.resource_type == BROKER:
-        raise _reject_broker_alter(b, resource.resource_name)
-    if resource.resource_type != TOPIC:
-        raise _unsupported_type(resource.resource_type)
-    topic = _topic_or_error(b, resource.resource_name)
+    topic = _alterable_topic(b, resource)
     configs = apply_incremental(b, topic.configs, resource.configs)
     b.alter_topic_configs(resource.resource_name, configs, validate_only=validate_only)
 
 
 async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    resources, dupes = _first_of_each(request.resources)
-    responses = []
-    for r in resources:
-        error: KafkaError | None = None
-        if (r.resource_type, r.resource_name) in dupes:
-            error = _InvalidRequest("Duplicate resource.")
-        else:
-            try:
-                _incremental_alter_one(ctx, r, bool(request.validate_only))
-            except KafkaError as e:
-                error = e
-        responses.append(_alter_response(r, error))
-    return {"throttle_time": 0, "responses": responses}
+    return _alter_all(ctx, request, _incremental_alter_one)
