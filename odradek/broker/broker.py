@@ -54,11 +54,14 @@ class Broker:
     # -- lifecycle -------------------------------------------------------------------------------
 
     def start(self) -> None:
-        self.log_manager.startup()
+        self.log_manager.startup()  # locks the data directories before anything in them is read
         self.topics = TopicRegistry(
             self.config.log_dirs[0], cluster_id=self.config.cluster_id, node_id=self.node_id,
             log_dirs=self.config.log_dirs,
         )
+        # Logs were opened before the registry was read: give each its topic's overrides.
+        for lg in self.log_manager.logs():
+            lg.update_config(self.log_config_for(lg.topic))
         # Logs follow the registry: create missing partitions, drop logs of topics that are gone.
         for topic in self.registry.topics.values():
             for p in range(topic.partitions):
@@ -160,7 +163,7 @@ class Broker:
         for p in range(topic.partitions):
             lg = self.log_manager.get_log(name, p)
             if lg is not None:
-                lg.config = new
+                lg.update_config(new)
         log.info("altered configs of topic %s: %s", name, configs)
 
     def get_log(self, topic: str, partition: int) -> Log:

@@ -219,6 +219,13 @@ class Log:
     def name(self) -> str:
         return f"{self.topic}-{self.partition}"
 
+    def update_config(self, config: LogConfig) -> None:
+        """Apply a changed topic config from the next append on (as Kafka does): the active segment
+        decides when to roll with its own copy, so it gets the new one too."""
+        with self._lock:
+            self.config = config
+            self._segments[-1].config = config
+
     def _set_segments(self, segments: Sequence[LogSegment]) -> None:
         self._segments = tuple(segments)
         self._bases = tuple(s.base_offset for s in segments)
