@@ -19,17 +19,13 @@ from collections.abc import Iterable
 from odradek.broker.config import BrokerConfig
 from odradek.broker.fetch_session import FetchSessionCache
 from odradek.clock import SYSTEM_CLOCK, Clock
-from odradek.cluster.metadata import Topic, TopicRegistry, UnknownTopicError
-from odradek.protocol.errors import ErrorCode, InvalidConfigError, KafkaError
+from odradek.cluster.metadata import Topic, TopicRegistry
+from odradek.protocol.errors import InvalidConfigError, InvalidPartitionsError, UnknownTopicError
 from odradek.storage.config import LogConfig
 from odradek.storage.log import AppendInfo, Log
 from odradek.storage.manager import LogManager
 
 log = logging.getLogger(__name__)
-
-
-class NotLeaderError(KafkaError):
-    code = ErrorCode.NOT_LEADER_OR_FOLLOWER
 
 
 class Broker:
@@ -136,8 +132,6 @@ class Broker:
         return topic
 
     def add_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:
-        from odradek.cluster.metadata import InvalidPartitionsError
-
         topic = self.registry.get(name)
         if topic is None:
             raise UnknownTopicError(f"topic '{name}' does not exist")

@@ -20,7 +20,25 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from odradek.protocol.errors import ErrorCode, KafkaError
+from odradek.protocol.errors import (
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    InvalidTopicError,
+    KafkaError,
+    TopicExistsError,
+    UnknownTopicError,
+)
+
+__all__ = [
+    "InvalidPartitionsError",
+    "InvalidReplicationFactorError",
+    "InvalidTopicError",
+    "Topic",
+    "TopicExistsError",
+    "TopicRegistry",
+    "UnknownTopicError",
+    "validate_topic_name",
+]
 from odradek.storage.checkpoint import write_atomically
 
 METADATA_FILE = "odradek-metadata.json"
@@ -28,25 +46,6 @@ META_PROPERTIES = "meta.properties"
 MAX_TOPIC_NAME = 249
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 
-
-class InvalidTopicError(KafkaError):
-    code = ErrorCode.INVALID_TOPIC_EXCEPTION
-
-
-class TopicExistsError(KafkaError):
-    code = ErrorCode.TOPIC_ALREADY_EXISTS
-
-
-class UnknownTopicError(KafkaError):
-    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-
-
-class InvalidPartitionsError(KafkaError):
-    code = ErrorCode.INVALID_PARTITIONS
-
-
-class InvalidReplicationFactorError(KafkaError):
-    code = ErrorCode.INVALID_REPLICATION_FACTOR
 
 
 def validate_topic_name(name: str) -> None:

@@ -156,3 +156,29 @@ class InvalidConfigError(KafkaError):
 
 class UnsupportedCompressionError(KafkaError):
     code = ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
+
+
+class RecordListTooLargeError(KafkaError):
+    """A produce request's record set is larger than the topic's ``segment.bytes``."""
+
+    code = ErrorCode.RECORD_LIST_TOO_LARGE
+
+
+class InvalidTopicError(KafkaError):
+    code = ErrorCode.INVALID_TOPIC_EXCEPTION
+
+
+class TopicExistsError(KafkaError):
+    code = ErrorCode.TOPIC_ALREADY_EXISTS
+
+
+class UnknownTopicError(KafkaError):
+    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+class InvalidPartitionsError(KafkaError):
+    code = ErrorCode.INVALID_PARTITIONS
+
+
+class InvalidReplicationFactorError(KafkaError):
+    code = ErrorCode.INVALID_REPLICATION_FACTOR

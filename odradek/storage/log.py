@@ -27,13 +27,14 @@ from typing import NamedTuple
 from odradek.clock import SYSTEM_CLOCK, Clock
 from odradek.protocol import batch as rb
 from odradek.protocol.errors import (
-    ErrorCode,
     InvalidRecordError,
     InvalidTimestampError,
-    KafkaError,
     OffsetOutOfRangeError,
+    RecordListTooLargeError,
     StorageError,
 )
+
+__all__ = ["AppendInfo", "Log", "RecordListTooLargeError", "TimestampOffset", "parse_log_dir_name"]
 from odradek.protocol.records import decode_records
 from odradek.storage.config import LogConfig
 from odradek.storage.leader_epoch import LeaderEpochCache
@@ -43,10 +44,6 @@ from odradek.storage.segment import DELETED_SUFFIX, LOG_SUFFIX, FileRegion, LogS
 log = logging.getLogger(__name__)
 
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
-
-
-class RecordListTooLargeError(KafkaError):
-    code = ErrorCode.RECORD_LIST_TOO_LARGE
 
 
 class AppendInfo(NamedTuple):
