@@ -7,6 +7,9 @@ Invariants:
 - With one replica the high watermark is the log end offset: it moves right after each append,
   which is when acks=-1 is satisfied.
 - ``notify(topic, partition)`` wakes every fetch waiting on that partition; waiters re-read the log.
+- A topic's effective config is computed in one place, ``topic_log_config``: its overrides on top of
+  ``log_defaults``, which are ``server.properties`` with the dynamic broker configs on top (cluster
+  default ``""``, then this broker's own), as in Kafka. Every log carries its effective config.
 """
 
 from __future__ import annotations
@@ -16,11 +19,11 @@ import logging
 from collections import defaultdict
 from collections.abc import Iterable
 
-from odradek.broker.config import BrokerConfig
+from odradek.broker.config import BrokerConfig, default_log_config, merge_dynamic
 from odradek.broker.fetch_session import FetchSessionCache
 from odradek.clock import SYSTEM_CLOCK, Clock
 from odradek.cluster.metadata import Topic, TopicRegistry
-from odradek.protocol.errors import InvalidConfigError, InvalidPartitionsError, UnknownTopicError
+from odradek.protocol.errors import InvalidConfigError, InvalidPartitionsError, KafkaError, UnknownTopicError
 from odradek.storage.config import LogConfig
 from odradek.storage.log import AppendInfo, Log
 from odradek.storage.manager import LogManager
@@ -42,6 +45,8 @@ class Broker:
             checkpoint_interval_ms=config.checkpoint_interval_ms,
         )
         self.topics: TopicRegistry | None = None
+        # Topic defaults: server.properties plus the dynamic broker configs (set once the registry is read).
+        self.log_defaults: LogConfig = config.log_config
         self._waiters: dict[tuple[str, int], set[asyncio.Future[None]]] = defaultdict(set)
         self.fetch_sessions = FetchSessionCache(config.fetch_session_slots)
         self.started = False
@@ -55,6 +60,11 @@ class Broker:
             self.config.log_dirs[0], cluster_id=self.config.cluster_id, node_id=self.node_id,
             log_dirs=self.config.log_dirs,
         )
+        try:
+            self.log_defaults = self._log_defaults_with(self._dynamic_layers())
+        except KafkaError as e:
+            log.warning("ignoring the stored dynamic broker configs: %s", e)
+        self.log_manager.default_config = self.log_defaults
         # Logs were opened before the registry was read: give each its topic's overrides.
         for lg in self.log_manager.logs():
             lg.update_config(self.log_config_for(lg.topic))
@@ -86,20 +96,68 @@ class Broker:
 
     # -- configuration ---------------------------------------------------------------------------
 
-    def log_config_for(self, topic: str) -> LogConfig:
-        known = self.topics.get(topic) if self.topics is not None else None
-        if known is None or not known.configs:
-            return self.config.log_config
-        return self.config.log_config.with_overrides(known.configs)
-
-    def validate_topic_configs(self, configs: dict[str, str]) -> LogConfig:
-        """The effective config with ``configs`` applied, or ``InvalidConfigError``."""
+    def topic_log_config(self, overrides: dict[str, str], defaults: LogConfig | None = None) -> LogConfig:
+        """The effective config of a topic with these overrides (over ``log_defaults`` unless given)."""
         try:
-            return self.config.log_config.with_overrides(configs)
+            return (defaults or self.log_defaults).with_overrides(overrides)
         except InvalidConfigError:
             raise
         except (TypeError, ValueError) as e:
             raise InvalidConfigError(str(e)) from None
+
+    def log_config_for(self, topic: str) -> LogConfig:
+        known = self.topics.get(topic) if self.topics is not None else None
+        return self.topic_log_config(known.configs if known is not None else {})
+
+    def validate_topic_configs(self, configs: dict[str, str]) -> LogConfig:
+        """The effective config with ``configs`` applied, or ``InvalidConfigError``."""
+        return self.topic_log_config(configs)
+
+    @property
+    def broker_entity(self) -> str:
+        """This broker's dynamic-config entity name (its node id); ``""`` is the cluster default."""
+        return str(self.node_id)
+
+    def dynamic_broker_configs(self, entity: str) -> dict[str, str]:
+        """The dynamic broker configs of ``entity`` (``""`` or this broker's node id)."""
+        if self.topics is None:
+            return {}
+        return dict(self.topics.broker_configs.get(entity, {}))
+
+    def _dynamic_layers(self, entity: str | None = None, configs: dict[str, str] | None = None
+                        ) -> tuple[dict[str, str], dict[str, str]]:
+        """(cluster default, this broker's) dynamic configs, with ``entity``'s replaced by ``configs``."""
+        layers = {e: self.dynamic_broker_configs(e) for e in ("", self.broker_entity)}
+        if entity is not None:
+            layers[entity] = dict(configs or {})
+        return layers[""], layers[self.broker_entity]
+
+    def broker_values(self, layers: tuple[dict[str, str], dict[str, str]] | None = None) -> dict[str, object]:
+        """Every broker key's typed value: server.properties with the dynamic configs on top."""
+        return merge_dynamic(self.config.values, *(layers if layers is not None else self._dynamic_layers()))
+
+    def _log_defaults_with(self, layers: tuple[dict[str, str], dict[str, str]]) -> LogConfig:
+        return default_log_config(self.broker_values(layers))
+
+    def alter_broker_configs(self, entity: str, configs: dict[str, str], *, validate_only: bool = False) -> None:
+        """Replace the dynamic configs of ``entity`` and apply the new defaults to every log.
+
+        ``entity`` is ``""`` (cluster-wide default) or this broker's node id as a string. Raises
+        ``ReadOnlyConfigError`` for a key that cannot change at runtime and ``InvalidConfigError`` for
+        an invalid value, before anything changes.
+        """
+        assert entity in ("", self.broker_entity), entity
+        defaults = self._log_defaults_with(self._dynamic_layers(entity, configs))
+        per_topic = {name: self.topic_log_config(t.configs, defaults) for name, t in self.registry.topics.items()}
+        if validate_only:
+            return
+        self.registry.set_broker_configs(entity, configs)
+        self.log_defaults = defaults
+        self.log_manager.default_config = defaults
+        for lg in self.log_manager.logs():
+            lg.update_config(per_topic.get(lg.topic, defaults))
+        log.info("altered dynamic broker configs of %s: %s",
+                 "the cluster default" if entity == "" else f"broker {entity}", configs)
 
     # -- topics ----------------------------------------------------------------------------------
 

@@ -16,12 +16,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from odradek.protocol.errors import InvalidConfigError
+from odradek.protocol.errors import ErrorCode, InvalidConfigError, KafkaError
 from odradek.storage.config import HOURS, MINUTES, TOPIC_TO_BROKER_KEY, LogConfig
 
 
 class ConfigError(InvalidConfigError):
     pass
+
+
+class ReadOnlyConfigError(KafkaError):
+    """A broker key that cannot be changed at runtime was given to a dynamic config change."""
+
+    code = ErrorCode.INVALID_REQUEST
 
 
 def _bool(v: str) -> bool:
@@ -198,6 +204,40 @@ class BrokerConfig:
             value = self.values[key]
             out[key] = (None if value is None else _to_str(value), value == spec.default)
         return out
+
+
+# Broker keys that may be changed at runtime (IncrementalAlterConfigs/AlterConfigs on a BROKER resource):
+# the ones that set topic defaults, as in Kafka's DynamicLogConfig.
+DYNAMIC_KEYS: frozenset[str] = frozenset(
+    {*TOPIC_TO_BROKER_KEY.values(), "log.retention.minutes", "log.retention.hours", "log.roll.hours"}
+)
+
+
+def check_dynamic_key(key: str) -> None:
+    """Raise ``ReadOnlyConfigError`` unless ``key`` may be changed at runtime."""
+    if key not in DYNAMIC_KEYS:
+        what = "an unknown broker config" if key not in KEYS else "read-only (not supported as a dynamic config)"
+        raise ReadOnlyConfigError(
+            f"Cannot update these configs dynamically: {key} is {what}; set it in server.properties "
+            f"and restart the broker (dynamic keys: {', '.join(sorted(DYNAMIC_KEYS))})"
+        )
+
+
+def merge_dynamic(static: Mapping[str, Any], *layers: Mapping[str, str]) -> dict[str, Any]:
+    """``static`` values with the dynamic ``layers`` (string values, lowest precedence first) on top.
+
+    Raises ``ReadOnlyConfigError`` for a key that is not in ``DYNAMIC_KEYS``, ``InvalidConfigError``
+    for a value that does not parse; the caller validates the resulting topic defaults with ``default_log_config``.
+    """
+    out = dict(static)
+    for layer in layers:
+        for key, raw in layer.items():
+            check_dynamic_key(key)
+            try:
+                out[key] = KEYS[key].parse(str(raw).strip())
+            except ValueError as e:
+                raise InvalidConfigError(f"{key}={raw!r} is invalid: {e}") from None
+    return out
 
 
 def _to_str(value: Any) -> str:

@@ -9,6 +9,8 @@ Invariants:
   and no two topics collide once ``.`` and ``_`` are treated alike.
 - A topic's id never changes; a re-created topic gets a new id.
 - Configs stored per topic are only the overrides; effective values come from ``LogConfig``.
+- Dynamic broker configs (``broker_configs``: ``""`` for the cluster-wide default, a node id for
+  one broker) are kept in the same document; files without the field have none.
 - Every change is persisted before it is visible to requests (``write_atomically``).
 """
 
@@ -76,6 +78,8 @@ class TopicRegistry:
     def __init__(self, directory: Path, *, cluster_id: str | None, node_id: int, log_dirs: list[Path]) -> None:
         self.path = directory / METADATA_FILE
         self.topics: dict[str, Topic] = {}
+        # Dynamic broker configs by entity: "" (cluster-wide default) or a node id as a string.
+        self.broker_configs: dict[str, dict[str, str]] = {}
         self._by_id: dict[uuid.UUID, Topic] = {}
         self.cluster_id = self._load(cluster_id)
         for d in log_dirs:
@@ -93,6 +97,10 @@ class TopicRegistry:
                                   bool(t.get("internal", False)))
                     self.topics[topic.name] = topic
                     self._by_id[topic.topic_id] = topic
+                # Absent from files written before dynamic broker configs existed.
+                for entity, configs in dict(doc.get("broker_configs", {})).items():
+                    if configs:
+                        self.broker_configs[str(entity)] = {str(k): str(v) for k, v in dict(configs).items()}
             except (OSError, ValueError, KeyError, TypeError) as e:
                 raise KafkaError(f"cluster metadata file {self.path} is unreadable: {e}") from e
             if cluster_id and cluster_id != stored:
@@ -115,6 +123,7 @@ class TopicRegistry:
                  "internal": t.internal}
                 for t in sorted(self.topics.values(), key=lambda t: t.name)
             ],
+            "broker_configs": {e: c for e, c in sorted(self.broker_configs.items()) if c},
         }
         self.path.parent.mkdir(parents=True, exist_ok=True)
         write_atomically(self.path, json.dumps(doc, indent=1).encode())
@@ -183,6 +192,14 @@ class TopicRegistry:
 
     def set_configs(self, name: str, configs: dict[str, str]) -> None:
         self.topics[name].configs = dict(configs)
+        self._save()
+
+    def set_broker_configs(self, entity: str, configs: dict[str, str]) -> None:
+        """Replace the dynamic broker configs of ``entity`` ("" or a node id); persisted at once."""
+        if configs:
+            self.broker_configs[entity] = dict(configs)
+        else:
+            self.broker_configs.pop(entity, None)
         self._save()
 
 

@@ -21,8 +21,8 @@ from kio.serial import entity_reader, entity_writer
 
 from odradek.broker import dispatch
 from odradek.broker.broker import Broker
+from odradek.broker.config import DYNAMIC_KEYS, BrokerConfig
 from odradek.broker.config import KEYS as BROKER_KEYS
-from odradek.broker.config import BrokerConfig
 from odradek.broker.context import RequestContext
 from odradek.broker.handlers import admin_configs, admin_topics, cluster, records_admin
 from odradek.protocol import apis, entities
@@ -403,7 +403,10 @@ def test_describe_broker_configs(node: Node, version: int) -> None:
     assert everything.error_code == ErrorCode.NONE and everything.resource_name == "1"
     configs = {c.name: c for c in everything.configs}
     assert set(configs) == set(BROKER_KEYS)
-    assert all(c.read_only and not c.is_sensitive for c in configs.values())
+    assert not any(c.is_sensitive for c in configs.values())
+    # only the keys that set topic defaults can change at runtime, as in Kafka
+    assert {n for n, c in configs.items() if not c.read_only} == set(DYNAMIC_KEYS)
+    assert configs["listeners"].read_only and not configs["log.segment.bytes"].read_only
     assert (configs["log.retention.hours"].value, configs["log.retention.hours"].config_source) == ("24", 4)
     assert (configs["delete.topic.enable"].value, configs["delete.topic.enable"].config_source) == ("true", 5)
     assert configs["log.retention.ms"].value is None
@@ -492,7 +495,7 @@ def test_alter_configs_errors(node: Node, version: int) -> None:
     ]
     assert all(x.error_message for x in r.responses)
     assert "retention.ms" in r.responses[0].error_message
-    assert "not supported" in r.responses[2].error_message
+    assert "num.partitions" in r.responses[2].error_message and "server.properties" in r.responses[2].error_message
     assert r.responses[-1].error_message == "Duplicate resource."
     assert node.broker.registry.get("t").configs == {"retention.ms": "1000"}
     assert node.broker.registry.get("d").configs == {}

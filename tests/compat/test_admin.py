@@ -124,3 +124,56 @@ def test_altered_segment_bytes_applies_to_the_active_segment(client: Client, bro
     assert len(sizes) >= 4 and all(s <= 65536 for s in sizes[1:]), sizes
     _, latest = client.earliest_latest(topic_name, [0])
     assert latest == {0: 40}
+
+
+def test_dynamic_broker_configs_with_confluent_admin(own_broker: BrokerProcess) -> None:
+    """confluent-kafka's AdminClient changes topic defaults at runtime, per broker and cluster-wide."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ConfigSource,
+        NewTopic,
+        ResourceType,
+    )
+
+    admin = AdminClient({"bootstrap.servers": own_broker.bootstrap})
+
+    def alter(name: str, **configs: str) -> None:
+        entries = [ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET)
+                   for k, v in configs.items()]
+        for fut in admin.incremental_alter_configs([ConfigResource(ResourceType.BROKER, name,
+                                                                   incremental_configs=entries)]).values():
+            fut.result(timeout=30)
+
+    def describe(resource_type: ResourceType, name: str) -> dict:  # type: ignore[type-arg]
+        (fut,) = admin.describe_configs([ConfigResource(resource_type, name)]).values()
+        return fut.result(timeout=30)
+
+    # librdkafka refuses an empty resource name (the cluster default) client-side: per-broker only here
+    alter("1", log_retention_ms="5000", log_segment_bytes="100000")
+    broker_configs = describe(ResourceType.BROKER, "1")
+    segment = broker_configs["log.segment.bytes"]
+    assert (segment.value, segment.source, segment.is_read_only) == (
+        "100000", ConfigSource.DYNAMIC_BROKER_CONFIG.value, False)
+    assert broker_configs["listeners"].is_read_only
+
+    admin.create_topics([NewTopic("dyn", 1, 1)])["dyn"].result(timeout=30)
+    topic_configs = describe(ResourceType.TOPIC, "dyn")
+    assert (topic_configs["retention.ms"].value, topic_configs["retention.ms"].source) == (
+        "5000", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+    assert topic_configs["segment.bytes"].value == "100000"
+
+    with pytest.raises(KafkaException) as info:
+        alter("1", listeners="PLAINTEXT://127.0.0.1:1")
+    assert info.value.args[0].code() == 42  # INVALID_REQUEST: read-only, set it in server.properties
+    with pytest.raises(KafkaException) as info:
+        alter("1", log_segment_bytes="1")
+    assert info.value.args[0].code() == 40  # INVALID_CONFIG
+
+    own_broker.restart()  # persisted in the metadata document
+    admin = AdminClient({"bootstrap.servers": own_broker.bootstrap})
+    assert describe(ResourceType.TOPIC, "dyn")["retention.ms"].value == "5000"
+    assert describe(ResourceType.BROKER, "1")["log.segment.bytes"].value == "100000"

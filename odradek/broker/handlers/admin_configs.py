@@ -2,26 +2,33 @@
 
 Resources are identified by ``(resource_type, resource_name)``: ``TOPIC`` (2) by topic name,
 ``BROKER`` (4) by this broker's node id as a decimal string (``""`` names the cluster-wide dynamic
-defaults, of which Odradek has none). ``BROKER_LOGGER`` (8) and every other type are answered with
+defaults, Kafka's ``--entity-default``). ``BROKER_LOGGER`` (8) and every other type are answered with
 ``INVALID_REQUEST``.
 
 What a topic's configs are:
-- the topic keys ``LogConfig`` knows (``TOPIC_KEYS``), each with its effective value: the topic's
-  override if it has one, else the broker default (``server.properties``), else ``LogConfig``'s own;
-- ``config_source`` is ``DYNAMIC_TOPIC_CONFIG`` for an override, ``STATIC_BROKER_CONFIG`` when
+- the topic keys ``LogConfig`` knows (``TOPIC_KEYS``), each with its effective value
+  (``Broker.topic_log_config``): the topic's override if it has one, else the dynamic per-broker
+  config, else the dynamic cluster default, else ``server.properties``, else ``LogConfig``'s own;
+- ``config_source`` is ``DYNAMIC_TOPIC_CONFIG`` for an override, ``DYNAMIC_BROKER_CONFIG`` /
+  ``DYNAMIC_DEFAULT_BROKER_CONFIG`` for a dynamic broker value, ``STATIC_BROKER_CONFIG`` when
   ``server.properties`` changed the default, ``DEFAULT_CONFIG`` otherwise. With synonyms the
   topic override comes first, then the broker keys that set the default (``log.retention.ms``,
-  ``log.retention.minutes``, ``log.retention.hours`` for ``retention.ms``) as set in
-  ``server.properties``, then their built-in defaults, as Kafka lists them;
+  ``log.retention.minutes``, ``log.retention.hours`` for ``retention.ms``) level by level: dynamic
+  per-broker, dynamic default, ``server.properties``, built-in default, as Kafka lists them;
 - topic configs are never read-only; nothing here is sensitive.
 
-Broker configs are the ``server.properties`` keys (``BrokerConfig.broker_config_entries``). They are
-all read-only: Odradek has no dynamic broker configs, so altering a ``BROKER`` resource fails with
-``INVALID_REQUEST`` and a message saying so.
+Broker configs are the ``server.properties`` keys. Those that set topic defaults (``DYNAMIC_KEYS``:
+``log.segment.bytes``, ``log.retention.ms`` ...) are dynamic, as in Kafka: AlterConfigs and
+IncrementalAlterConfigs change them for this broker (resource name = its node id) or as the
+cluster-wide default (``""``), and ``Broker.alter_broker_configs`` persists them and re-applies every
+log's effective config. The other keys are read-only: changing one fails with ``INVALID_REQUEST``
+saying it must be set in ``server.properties``. Describing broker ``""`` lists the dynamic cluster
+defaults only, as Kafka does.
 
 Invariants:
 - AlterConfigs (legacy) replaces the whole set of a topic's overrides with the given ones;
   IncrementalAlterConfigs applies SET/DELETE/APPEND/SUBTRACT on top of the current overrides.
+  The same holds for a broker resource's dynamic configs (``Broker.alter_broker_configs``).
   Either way the resulting set is validated as a whole by ``Broker.alter_topic_configs`` (which
   raises ``InvalidConfigError`` carrying ``LogConfig``'s message) before anything changes, and
   ``validate_only`` changes nothing.
@@ -36,6 +43,7 @@ from dataclasses import fields
 from typing import Any
 
 from odradek.broker.broker import Broker
+from odradek.broker.config import DYNAMIC_KEYS, check_dynamic_key
 from odradek.broker.config import KEYS as BROKER_KEYS
 from odradek.broker.context import RequestContext
 from odradek.cluster.metadata import validate_topic_name
@@ -49,6 +57,8 @@ BROKER_LOGGER = 8
 
 # Config sources (DescribeConfigsResponse.ConfigSource).
 DYNAMIC_TOPIC_CONFIG = 1
+DYNAMIC_BROKER_CONFIG = 2
+DYNAMIC_DEFAULT_BROKER_CONFIG = 3
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 
@@ -69,6 +79,7 @@ _OP_NAMES = {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT
 # Topic keys whose Kafka type is INT or LIST; every other integer key is a LONG in Kafka.
 _INT_TOPIC_KEYS = frozenset({"segment.bytes", "segment.index.bytes", "index.interval.bytes", "max.message.bytes"})
 LIST_TOPIC_KEYS = frozenset({"cleanup.policy"})
+LIST_BROKER_KEYS = frozenset({"log.cleanup.policy"})
 
 # Broker keys that set a topic key's default, most specific first (Kafka's synonym order).
 _BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
@@ -137,6 +148,30 @@ def _synonym(name: str, value: str | None, source: int) -> dict[str, Any]:
     return {"name": name, "value": value, "source": source}
 
 
+def _broker_key_synonyms(broker: Broker, keys: Iterable[str], *, per_broker: bool = True) -> list[dict[str, Any]]:
+    """The values of broker ``keys`` level by level, in Kafka's order (ConfigHelper.configSynonyms).
+
+    Dynamic per-broker (left out when ``per_broker`` is false: describing the cluster default),
+    dynamic cluster default, ``server.properties`` (when it differs from the default), built-in default.
+    """
+    keys = [k for k in keys if k in BROKER_KEYS]
+    static = broker.config.broker_config_entries()
+    levels: list[tuple[dict[str, str], int]] = []
+    if per_broker:
+        levels.append((broker.dynamic_broker_configs(broker.broker_entity), DYNAMIC_BROKER_CONFIG))
+    levels.append((broker.dynamic_broker_configs(""), DYNAMIC_DEFAULT_BROKER_CONFIG))
+    out = [_synonym(k, level[k], source) for level, source in levels for k in keys if k in level]
+    for k in keys:
+        value, is_default = static.get(k, (None, True))
+        if not is_default and value is not None:
+            out.append(_synonym(k, value, STATIC_BROKER_CONFIG))
+    for k in keys:
+        default = _default_str(BROKER_KEYS[k].default)
+        if default is not None:
+            out.append(_synonym(k, default, DEFAULT_CONFIG))
+    return out
+
+
 def topic_config_entries(
     broker: Broker,
     overrides: dict[str, str],
@@ -150,14 +185,13 @@ def topic_config_entries(
     ``keys`` restricts the result (None or empty: every key). The entries also carry what
     CreateTopics v5+ reports (name, value, read_only, config_source, is_sensitive).
     """
-    base = broker.config.log_config
     try:
-        effective = base.with_overrides(overrides).to_properties()
-    except (InvalidConfigError, TypeError, ValueError):
+        effective = broker.topic_log_config(overrides).to_properties()
+    except InvalidConfigError:
         # Stored overrides that no longer validate (e.g. written by another version): show them.
-        effective = {**base.to_properties(), **{k: v for k, v in overrides.items() if k in TOPIC_KEYS}}
-    broker_defaults = base.to_properties()
-    broker_values = broker.config.broker_config_entries()
+        effective = {**broker.log_defaults.to_properties(),
+                     **{k: v for k, v in overrides.items() if k in TOPIC_KEYS}}
+    static_defaults = broker.config.log_config.to_properties()
     wanted = set(keys) if keys else None
     out = []
     for name in sorted(effective):
@@ -166,20 +200,15 @@ def topic_config_entries(
         synonyms: list[dict[str, Any]] = []
         if name in overrides:
             synonyms.append(_synonym(name, overrides[name], DYNAMIC_TOPIC_CONFIG))
-        broker_keys = [k for k in broker_synonyms_of(name) if k in BROKER_KEYS]
-        for k in broker_keys:
-            value, is_default = broker_values.get(k, (None, True))
-            if not is_default and value is not None:
-                synonyms.append(_synonym(k, value, STATIC_BROKER_CONFIG))
-        for k in broker_keys:
-            default = _default_str(BROKER_KEYS[k].default)
-            if default is not None:
-                synonyms.append(_synonym(k, default, DEFAULT_CONFIG))
+        synonyms += _broker_key_synonyms(broker, broker_synonyms_of(name))
+        sources = {s["source"] for s in synonyms}
         if name in overrides:
             source = DYNAMIC_TOPIC_CONFIG
-        elif any(s["source"] == STATIC_BROKER_CONFIG for s in synonyms) or (
-            broker_defaults.get(name) != _BUILTIN_DEFAULTS.get(name)
-        ):
+        elif DYNAMIC_BROKER_CONFIG in sources:
+            source = DYNAMIC_BROKER_CONFIG
+        elif DYNAMIC_DEFAULT_BROKER_CONFIG in sources:
+            source = DYNAMIC_DEFAULT_BROKER_CONFIG
+        elif STATIC_BROKER_CONFIG in sources or static_defaults.get(name) != _BUILTIN_DEFAULTS.get(name):
             source = STATIC_BROKER_CONFIG
         else:
             source = DEFAULT_CONFIG
@@ -199,29 +228,36 @@ def topic_config_entries(
 def broker_config_entries(
     broker: Broker,
     *,
+    entity: str | None = None,
     keys: Collection[str] | None = None,
     include_synonyms: bool = False,
     include_documentation: bool = False,
 ) -> list[dict[str, Any]]:
-    """DescribeConfigs entries of this broker: every ``server.properties`` key, read-only."""
+    """DescribeConfigs entries of this broker (``entity`` None or its node id): every key.
+
+    Values include the dynamic configs; ``DYNAMIC_KEYS`` are not read-only. With ``entity=""``: only
+    the keys set as dynamic cluster defaults, as Kafka answers for ``--entity-default``.
+    """
     wanted = set(keys) if keys else None
+    per_broker = entity != ""
+    if per_broker:
+        values = broker.broker_values()
+        names = sorted(BROKER_KEYS)
+    else:
+        dynamic_default = broker.dynamic_broker_configs("")
+        values = broker.broker_values((dynamic_default, {}))
+        names = sorted(dynamic_default)
     out = []
-    for name, (value, is_default) in sorted(broker.config.broker_config_entries().items()):
+    for name in names:
         if wanted is not None and name not in wanted:
             continue
         spec = BROKER_KEYS.get(name)
-        default = _default_str(spec.default) if spec is not None else None
-        source = DEFAULT_CONFIG if is_default else STATIC_BROKER_CONFIG
-        synonyms = []
-        if not is_default:
-            synonyms.append(_synonym(name, value, STATIC_BROKER_CONFIG))
-        if default is not None:
-            synonyms.append(_synonym(name, default, DEFAULT_CONFIG))
+        synonyms = _broker_key_synonyms(broker, [name], per_broker=per_broker)
         out.append({
             "name": name,
-            "value": value,
-            "read_only": True,
-            "config_source": source,
+            "value": _default_str(values.get(name)),
+            "read_only": name not in DYNAMIC_KEYS,
+            "config_source": synonyms[0]["source"] if synonyms else DEFAULT_CONFIG,
             "is_sensitive": False,
             "synonyms": synonyms if include_synonyms else [],
             "config_type": _broker_config_type(name) if spec is not None else STRING,
@@ -278,9 +314,9 @@ def _describe_one(ctx: RequestContext, resource: Any, include_synonyms: bool, in
                 include_documentation=include_documentation)
         elif resource.resource_type == BROKER:
             _check_broker_name(b, resource.resource_name)
-            if resource.resource_name != "":  # "": the dynamic cluster defaults, of which there are none
-                result["configs"] = broker_config_entries(
-                    b, keys=keys, include_synonyms=include_synonyms, include_documentation=include_documentation)
+            result["configs"] = broker_config_entries(  # "": the dynamic cluster defaults only
+                b, entity=resource.resource_name, keys=keys, include_synonyms=include_synonyms,
+                include_documentation=include_documentation)
         else:
             raise _unsupported_type(resource.resource_type)
     except KafkaError as e:
@@ -317,23 +353,17 @@ def _alter_response(resource: Any, error: KafkaError | None) -> dict[str, Any]:
             "error_message": error.message if error is not None else None}
 
 
-def _reject_broker_alter(broker: Broker, name: str) -> _InvalidRequest:
-    try:
-        _check_broker_name(broker, name)
-    except _InvalidRequest as e:
-        return e
-    return _InvalidRequest(
-        "dynamic broker configs are not supported: set the key in server.properties and restart the broker"
-    )
-
-
 def _alterable_topic(b: Broker, resource: Any) -> Any:
     """The topic an alter request names, or the error Kafka gives for other resources."""
-    if resource.resource_type == BROKER:
-        raise _reject_broker_alter(b, resource.resource_name)
     if resource.resource_type != TOPIC:
         raise _unsupported_type(resource.resource_type)
     return _topic_or_error(b, resource.resource_name)
+
+
+def _broker_entity(b: Broker, name: str) -> str:
+    """The dynamic-config entity a BROKER resource names: ``""`` or this broker's node id."""
+    _check_broker_name(b, name)
+    return "" if name == "" else b.broker_entity
 
 
 def _alter_all(
@@ -357,12 +387,18 @@ def _alter_all(
 
 def _legacy_alter_one(ctx: RequestContext, resource: Any, validate_only: bool) -> None:
     b = ctx.broker
-    _alterable_topic(b, resource)
+    entity = _broker_entity(b, resource.resource_name) if resource.resource_type == BROKER else None
+    if entity is None:
+        _alterable_topic(b, resource)
     nulls = [c.name for c in resource.configs if c.value is None]
     if nulls:
-        raise InvalidConfigError(f"Null value not supported for topic configs: {', '.join(nulls)}")
+        what = "topic" if entity is None else "broker"
+        raise InvalidConfigError(f"Null value not supported for {what} configs: {', '.join(nulls)}")
     configs = {c.name: c.value for c in resource.configs}
-    b.alter_topic_configs(resource.resource_name, configs, validate_only=validate_only)
+    if entity is None:
+        b.alter_topic_configs(resource.resource_name, configs, validate_only=validate_only)
+    else:
+        b.alter_broker_configs(entity, configs, validate_only=validate_only)
 
 
 async def handle_alter_configs(ctx: RequestContext, request: Any) -> dict[str, Any]:
@@ -373,11 +409,14 @@ def _list_parts(value: str | None) -> list[str]:
     return [p.strip() for p in (value or "").split(",") if p.strip()]
 
 
-def apply_incremental(broker: Broker, current: dict[str, str], ops: Iterable[Any]) -> dict[str, str]:
-    """The overrides after applying ``ops`` (SET/DELETE/APPEND/SUBTRACT) to ``current``.
+def apply_incremental(broker: Broker, current: dict[str, str], ops: Iterable[Any], *,
+                      list_keys: Collection[str] = LIST_TOPIC_KEYS,
+                      defaults: dict[str, str] | None = None) -> dict[str, str]:
+    """The configs after applying ``ops`` (SET/DELETE/APPEND/SUBTRACT) to ``current``.
 
-    APPEND and SUBTRACT work on list keys only; their starting value is the override if there is
-    one, else the topic's effective default. Raises ``_InvalidRequest`` or ``InvalidConfigError``.
+    APPEND and SUBTRACT work on ``list_keys`` only; their starting value is the current one if there
+    is one, else ``defaults`` (for topics: the effective broker default). Raises ``_InvalidRequest``
+    or ``InvalidConfigError``.
     """
     ops = list(ops)
     names = [op.name for op in ops]
@@ -392,14 +431,15 @@ def apply_incremental(broker: Broker, current: dict[str, str], ops: Iterable[Any
     if nulls:
         raise _InvalidRequest(f"Null value not supported for : {', '.join(nulls)}")
     new = dict(current)
-    defaults = broker.config.log_config.to_properties()
+    if defaults is None:
+        defaults = broker.log_defaults.to_properties()
     for op in ops:
         if op.config_operation == SET:
             new[op.name] = op.value
         elif op.config_operation == DELETE:
             new.pop(op.name, None)
         else:
-            if op.name not in LIST_TOPIC_KEYS:
+            if op.name not in list_keys:
                 raise InvalidConfigError(
                     f"Can't {_OP_NAMES[op.config_operation]} to key {op.name} because its type is not LIST."
                 )
@@ -413,8 +453,23 @@ def apply_incremental(broker: Broker, current: dict[str, str], ops: Iterable[Any
     return new
 
 
+def _incremental_alter_broker(b: Broker, resource: Any, validate_only: bool) -> None:
+    entity = _broker_entity(b, resource.resource_name)
+    for op in resource.configs:
+        check_dynamic_key(op.name)  # DELETE of a read-only key is refused too
+    # APPEND/SUBTRACT start from the value the levels below this one give.
+    below = b.broker_values(({}, {}) if entity == "" else (b.dynamic_broker_configs(""), {}))
+    defaults = {k: v for k in LIST_BROKER_KEYS if (v := _default_str(below.get(k))) is not None}
+    configs = apply_incremental(b, b.dynamic_broker_configs(entity), resource.configs,
+                                list_keys=LIST_BROKER_KEYS, defaults=defaults)
+    b.alter_broker_configs(entity, configs, validate_only=validate_only)
+
+
 def _incremental_alter_one(ctx: RequestContext, resource: Any, validate_only: bool) -> None:
     b = ctx.broker
+    if resource.resource_type == BROKER:
+        _incremental_alter_broker(b, resource, validate_only)
+        return
     topic = _alterable_topic(b, resource)
     configs = apply_incremental(b, topic.configs, resource.configs)
     b.alter_topic_configs(resource.resource_name, configs, validate_only=validate_only)
