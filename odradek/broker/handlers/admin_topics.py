@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from odradek.broker.broker import Broker
@@ -116,15 +117,21 @@ def _create_error(name: str, code: int, message: str) -> dict[str, Any]:
             "num_partitions": -1, "replication_factor": -1, "configs": []}
 
 
-async def handle_create_topics(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    counts = Counter(t.name for t in request.topics)
-    results: list[dict[str, Any]] = []
+def _each_name_once(topics: Iterable[Any]) -> Iterator[tuple[Any, bool]]:
+    """Each topic entry whose name comes first in the request, with whether the name repeats."""
+    topics = list(topics)
+    counts = Counter(t.name for t in topics)
     answered: set[str] = set()
-    for topic in request.topics:
-        if topic.name in answered:
-            continue
-        answered.add(topic.name)
-        if counts[topic.name] > 1:
+    for topic in topics:
+        if topic.name not in answered:
+            answered.add(topic.name)
+            yield topic, counts[topic.name] > 1
+
+
+async def handle_create_topics(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    results: list[dict[str, Any]] = []
+    for topic, duplicate in _each_name_once(request.topics):
+        if duplicate:
             results.append(_create_error(topic.name, ErrorCode.INVALID_REQUEST, "Duplicate topic name."))
             continue
         try:
@@ -212,16 +219,11 @@ def _create_partitions_one(ctx: RequestContext, topic: Any, validate_only: bool)
 
 
 async def handle_create_partitions(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    counts = Counter(t.name for t in request.topics)
     results: list[dict[str, Any]] = []
-    answered: set[str] = set()
-    for topic in request.topics:
-        if topic.name in answered:
-            continue
-        answered.add(topic.name)
+    for topic, duplicate in _each_name_once(request.topics):
         entry: dict[str, Any] = {"name": topic.name, "error_code": ErrorCode.NONE, "error_message": None}
         try:
-            if counts[topic.name] > 1:
+            if duplicate:
                 raise _InvalidRequest("Duplicate topic name.")
             _create_partitions_one(ctx, topic, bool(request.validate_only))
         except KafkaError as e:
