@@ -44,6 +44,7 @@ from odradek.storage.segment import DELETED_SUFFIX, LOG_SUFFIX, FileRegion, LogS
 log = logging.getLogger(__name__)
 
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+_MAX_IOVEC = 1024  # IOV_MAX on Linux: buffers one pwritev call accepts
 
 
 class AppendInfo(NamedTuple):
@@ -249,7 +250,7 @@ class Log:
             raise RecordListTooLargeError(
                 f"record set of {total} bytes is larger than segment.bytes={cfg.segment_bytes}"
             )
-        buf = records if isinstance(records, bytearray) else bytearray(records)
+        data, targets = self._writable_batches(records, headers, assign_offsets)
         with self._lock:
             if self.closed:
                 raise StorageError(f"log {self.name} is closed")
@@ -258,7 +259,7 @@ class Log:
                 self._check_timestamps(headers, now)
             self.producer_state.validate_append(headers)
             if assign_offsets:
-                headers = self._assign_offsets(buf, headers, leader_epoch, now)
+                headers = self._assign_offsets(targets, headers, leader_epoch, now)
             else:
                 self._check_replicated_offsets(headers)
                 for h in headers:  # a follower learns epochs from the leader's batches
@@ -266,7 +267,7 @@ class Log:
                     if h.partition_leader_epoch >= 0 and (latest is None or h.partition_leader_epoch > latest):
                         self.leader_epochs.assign(h.partition_leader_epoch, h.base_offset)
             segment = self._maybe_roll(total, headers[-1].last_offset, now, max(h.max_timestamp for h in headers))
-            segment.append(buf, headers)
+            segment.append(data, headers)
             first, last = headers[0].base_offset, headers[-1].last_offset
             self.next_offset = last + 1
             if leader_epoch is not None:
@@ -294,14 +295,47 @@ class Log:
                     f"message.timestamp.after.max.ms={after}): check the producer's clock"
                 )
 
+    def _writable_batches(
+        self, records: bytes | bytearray | memoryview, headers: list[rb.BatchHeader], assign_offsets: bool
+    ) -> tuple[bytes | bytearray | memoryview | list[bytearray | memoryview], list[tuple[bytearray, int]]]:
+        """What to write, and where each batch's header can be patched: (buffer, position) per batch.
+
+        A bytearray is patched in place. Immutable input is not copied whole: each batch's 61-byte
+        header is copied and patched, and headers and bodies are written together with pwritev —
+        unless LogAppendTime needs the CRC recomputed over the whole batch, or there are more
+        batches than one pwritev call takes.
+        """
+        if not assign_offsets:
+            return records, []
+        if isinstance(records, bytearray):
+            buf = records
+        elif self.config.log_append_time or 2 * len(headers) > _MAX_IOVEC:
+            buf = bytearray(records)
+        else:
+            view = memoryview(records)
+            parts: list[bytearray | memoryview] = []
+            targets = []
+            pos = 0
+            for h in headers:
+                head = bytearray(view[pos : pos + rb.HEADER_SIZE])
+                parts += (head, view[pos + rb.HEADER_SIZE : pos + h.size])
+                targets.append((head, 0))
+                pos += h.size
+            return parts, targets
+        targets, pos = [], 0
+        for h in headers:
+            targets.append((buf, pos))
+            pos += h.size
+        return buf, targets
+
     def _assign_offsets(
-        self, buf: bytearray, headers: list[rb.BatchHeader], leader_epoch: int | None, now: int
+        self, targets: list[tuple[bytearray, int]], headers: list[rb.BatchHeader], leader_epoch: int | None,
+        now: int,
     ) -> list[rb.BatchHeader]:
         offset = self.next_offset
-        pos = 0
         out = []
         append_time = self.config.log_append_time
-        for h in headers:
+        for h, (buf, pos) in zip(headers, targets, strict=True):
             rb.set_base_offset(buf, pos, offset)
             epoch = h.partition_leader_epoch
             if leader_epoch is not None:
@@ -312,7 +346,6 @@ class Log:
                 h = h._replace(max_timestamp=now, attributes=h.attributes | rb.TIMESTAMP_TYPE_BIT)
             out.append(rb.BatchHeader(offset, h[1], epoch, *h[3:]))
             offset += h.last_offset_delta + 1
-            pos += h.size
         return out
 
     def _check_replicated_offsets(self, headers: Sequence[rb.BatchHeader]) -> None:

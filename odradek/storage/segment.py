@@ -222,15 +222,26 @@ class LogSegment:
 
     # -- writing ---------------------------------------------------------------------------------
 
-    def append(self, data: bytes | bytearray | memoryview, headers: Sequence[rb.BatchHeader]) -> None:
-        """Write whole batches (offsets already assigned) and index them.
+    def append(
+        self,
+        data: bytes | bytearray | memoryview | Sequence[bytes | bytearray | memoryview],
+        headers: Sequence[rb.BatchHeader],
+    ) -> None:
+        """Write whole batches (offsets already assigned) and index them. ``data`` is one buffer, or
+        several written in order with one pwritev (headers patched apart from their bodies).
 
         On an I/O error the file is cut back to its previous size and ``StorageError`` is raised.
         """
         start = self.size
-        total = len(data)
         try:
-            written = os.pwrite(self.fd, data, start)
+            if isinstance(data, bytes | bytearray | memoryview):
+                total = len(data)
+                written = os.pwrite(self.fd, data, start)
+            else:
+                total = sum(len(part) for part in data)
+                written = os.pwritev(self.fd, data, start)
+                if written < total:
+                    data = b"".join(data)  # a short vector write is rare: finish from one buffer
             if written < total:
                 view = memoryview(data)
                 while written < total:

@@ -168,7 +168,7 @@ def test_a_record_set_exactly_segment_bytes_is_accepted(tmp_path: Path, clock: M
 
 
 class FullDisk:
-    """os.pwrite that writes part of what it is given and then fails with ENOSPC, while ``full``."""
+    """os.pwrite/pwritev that write part of what they are given and then fail with ENOSPC, while ``full``."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, *, short_write_first: bool) -> None:
         self.full = True
@@ -186,7 +186,11 @@ class FullDisk:
             real(fd, view[: max(1, len(view) // 3)], offset)  # part of the data reaches the file...
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # ...then the disk is full
 
+        def pwritev(fd: int, buffers: list[bytes], offset: int) -> int:
+            return pwrite(fd, b"".join(buffers), offset)  # the same failures for vector writes
+
         monkeypatch.setattr(segment_module.os, "pwrite", pwrite)
+        monkeypatch.setattr(segment_module.os, "pwritev", pwritev)
 
 
 @pytest.mark.parametrize("short_write_first", [False, True], ids=["partial-then-ENOSPC", "short-write-then-ENOSPC"])
