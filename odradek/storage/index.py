@@ -212,6 +212,14 @@ class OffsetIndex(_MmapIndex):
         n = self._search(offset - self.base_offset, 0)
         return self.entry(n) if n >= 0 else (self.base_offset, 0)
 
+    def lookup_ceiling(self, offset: int) -> tuple[int, int] | None:
+        """The first entry with offset >= ``offset``, or None. Entries key a batch by its last offset,
+        so this is the batch holding ``offset`` whenever that batch has an entry."""
+        n = self._search(offset - self.base_offset, 0)
+        if n >= 0 and self._raw(n)[0] == offset - self.base_offset:
+            return self.entry(n)
+        return self.entry(n + 1) if n + 1 < self._entries else None
+
     def lookup_position(self, position: int) -> tuple[int, int]:
         """The last entry whose position is <= ``position``, or (base_offset, 0)."""
         n = self._search(position, 1)

@@ -156,7 +156,15 @@ class LogSegment:
             pos += header.size
 
     def translate_offset(self, offset: int, start: int = 0) -> tuple[int, rb.BatchHeader] | None:
-        """Position and header of the first batch whose last offset is >= ``offset``."""
+        """Position and header of the first batch whose last offset is >= ``offset``.
+
+        First try the batch the next index entry names (one 61-byte read when ``offset`` lies in an
+        indexed batch), else scan headers from the entry at or below ``offset``."""
+        ceiling = self.index.lookup_ceiling(offset)
+        if ceiling is not None and ceiling[1] >= start:
+            header = self._header_at(ceiling[1])
+            if header is not None and header.base_offset <= offset <= header.last_offset:
+                return ceiling[1], header
         _, pos = self.index.lookup(offset)
         for position, header in self.iter_headers(max(pos, start)):
             if header.last_offset >= offset:
