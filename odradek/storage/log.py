@@ -266,7 +266,12 @@ class Log:
                     latest = self.leader_epochs.latest_epoch
                     if h.partition_leader_epoch >= 0 and (latest is None or h.partition_leader_epoch > latest):
                         self.leader_epochs.assign(h.partition_leader_epoch, h.base_offset)
-            segment = self._maybe_roll(total, headers[-1].last_offset, now, max(h.max_timestamp for h in headers))
+            if len(headers) == 1:
+                count, max_timestamp = headers[0].record_count, headers[0].max_timestamp
+            else:
+                count = sum(h.record_count for h in headers)
+                max_timestamp = max(h.max_timestamp for h in headers)
+            segment = self._maybe_roll(total, headers[-1].last_offset, now, max_timestamp)
             segment.append(data, headers)
             first, last = headers[0].base_offset, headers[-1].last_offset
             self.next_offset = last + 1
@@ -275,11 +280,6 @@ class Log:
                 if latest is None or leader_epoch > latest:
                     self.leader_epochs.assign(leader_epoch, first)
             self.producer_state.on_append(headers)
-            if len(headers) == 1:
-                count, max_timestamp = headers[0].record_count, headers[0].max_timestamp
-            else:
-                count = sum(h.record_count for h in headers)
-                max_timestamp = max(h.max_timestamp for h in headers)
             self.unflushed_messages += count
             if self.unflushed_messages >= cfg.flush_messages:
                 self.flush()

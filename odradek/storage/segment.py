@@ -322,6 +322,11 @@ class LogSegment:
 
     def rebuild_indexes(self) -> None:
         """Rebuild both indexes from the log, which is trusted (no CRC checks)."""
+        self._reindex([h for _, h in self.iter_headers(0)])
+
+    def _reindex(self, headers: Sequence[rb.BatchHeader]) -> None:
+        """Replace both indexes and the timestamp bookkeeping with those of ``headers`` (every batch
+        of the segment, in order); a rolled segment stays rolled (indexes trimmed)."""
         writable = self.index.writable
         self.index.reset()
         self.time_index.reset()
@@ -329,7 +334,6 @@ class LogSegment:
         self.time_index.make_writable()
         self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset
         self.bytes_since_last_index_entry = 0
-        headers = [h for _, h in self.iter_headers(0)]
         self._index_headers(headers)
         self.rolling_timestamp = headers[0].max_timestamp if headers else None
         if not writable:
@@ -393,17 +397,7 @@ class LogSegment:
             except OSError as e:
                 raise StorageError(f"cannot truncate damaged tail of {self.log_path}: {e}") from e
         self.size = pos
-        writable = self.index.writable
-        self.index.reset()
-        self.time_index.reset()
-        self.index.make_writable()
-        self.time_index.make_writable()
-        self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset
-        self.bytes_since_last_index_entry = 0
-        self._index_headers(valid)
-        self.rolling_timestamp = valid[0].max_timestamp if valid else None
-        if not writable:
-            self.on_roll()
+        self._reindex(valid)
         return cut
 
     # -- lifecycle -------------------------------------------------------------------------------
