@@ -21,7 +21,7 @@ from typing import Any
 from odradek.broker.broker import Broker
 from odradek.broker.context import CloseConnection, RequestContext
 from odradek.broker.dispatch import dispatch
-from odradek.protocol.frame import RequestHeader
+from odradek.protocol.frame import FrameError, RequestHeader, frame_size
 from odradek.storage.segment import FileRegion
 
 log = logging.getLogger(__name__)
@@ -101,11 +101,10 @@ class Server:
 
         try:
             while not self._closing:
-                prefix = await reader.readexactly(4)
-                size = int.from_bytes(prefix, "big", signed=True)
-                if size <= 0 or size > limit:
-                    what = "exceeds socket.request.max.bytes=" + str(limit) if size > 0 else "is invalid"
-                    log.warning("closing connection from %s: request size %d %s", peer, size, what)
+                try:
+                    size = frame_size(await reader.readexactly(4), limit)
+                except FrameError as e:
+                    log.warning("closing connection from %s: %s", peer, e)
                     return
                 frame = await reader.readexactly(size)
                 self._connections[task] = True

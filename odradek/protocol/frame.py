@@ -7,8 +7,8 @@ tagged fields for flexible responses (header v1) — except ApiVersions, whose r
 always v0 so that a client can read it before knowing what the broker supports.
 
 Invariants:
-- ``FrameBuffer`` never allocates for a frame whose size prefix exceeds ``max_frame_size``: it raises
-  ``FrameTooLargeError`` as soon as the 4-byte prefix is seen.
+- ``frame_size`` judges a frame by its 4-byte prefix alone: larger than ``max_frame_size`` is
+  ``FrameTooLargeError`` before any buffer for the body exists.
 - A negative or zero size prefix, or a header cut short, is a ``FrameError`` (close the connection).
 - Nothing here touches sockets or files.
 """
@@ -30,63 +30,19 @@ class FrameError(Exception):
 
 class FrameTooLargeError(FrameError):
     def __init__(self, size: int, limit: int) -> None:
-        super().__init__(
-            f"request of {size} bytes exceeds socket.request.max.bytes={limit}"
-        )
+        super().__init__(f"request size {size} exceeds socket.request.max.bytes={limit}")
         self.size = size
         self.limit = limit
 
 
-class FrameBuffer:
-    """Accumulates received bytes and hands out whole frames (without their size prefix)."""
-
-    def __init__(self, max_frame_size: int) -> None:
-        self.max_frame_size = max_frame_size
-        self._buf = bytearray()
-        self._pos = 0
-
-    def feed(self, data: bytes | bytearray | memoryview) -> None:
-        if self._pos and self._pos == len(self._buf):
-            self._buf.clear()
-            self._pos = 0
-        self._buf += data
-
-    def next_frame(self) -> bytes | None:
-        """The next complete frame, or None if more bytes are needed."""
-        buf, pos = self._buf, self._pos
-        if len(buf) - pos < 4:
-            return None
-        (size,) = SIZE.unpack_from(buf, pos)
-        if size <= 0:
-            raise FrameError(f"invalid frame size {size}")
-        if size > self.max_frame_size:
-            raise FrameTooLargeError(size, self.max_frame_size)
-        end = pos + 4 + size
-        if len(buf) < end:
-            return None
-        frame = bytes(buf[pos + 4 : end])
-        if end == len(buf):
-            buf.clear()
-            self._pos = 0
-        elif end > 1 << 20:
-            del buf[:end]
-            self._pos = 0
-        else:
-            self._pos = end
-        return frame
-
-    @property
-    def pending(self) -> int:
-        """Bytes received but not yet returned as frames."""
-        return len(self._buf) - self._pos
-
-    def needed(self) -> int:
-        """How many more bytes the frame being received needs (at least 1 when unknown)."""
-        avail = len(self._buf) - self._pos
-        if avail < 4:
-            return 4 - avail
-        (size,) = SIZE.unpack_from(self._buf, self._pos)
-        return max(1, 4 + size - avail)
+def frame_size(prefix: bytes | bytearray | memoryview, max_frame_size: int) -> int:
+    """The body size a 4-byte size prefix announces; raises before anything is allocated for it."""
+    (size,) = SIZE.unpack_from(prefix, 0)
+    if size > max_frame_size:
+        raise FrameTooLargeError(size, max_frame_size)
+    if size <= 0:
+        raise FrameError(f"request size {size} is invalid")
+    return size
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,11 +106,6 @@ def read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
             raise FrameError("unsigned varint is longer than 5 bytes")
 
 
-def write_uvarint(out: bytearray, n: int) -> None:
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
 
 
 def response_prefix(correlation_id: int, body_size: int, *, flexible_header: bool) -> bytes:

@@ -19,6 +19,7 @@ from typing import Any
 from kio.serial import entity_reader, entity_writer
 
 from odradek.protocol import apis, entities
+from odradek.protocol.frame import read_uvarint
 from odradek.protocol.records import Record, build_batch, decode_records, iter_batches
 
 # The versions these tests speak unless a test picks another one.
@@ -82,25 +83,15 @@ def decode_response(api_key: int, version: int, payload: bytes) -> tuple[int, An
     (correlation_id,) = struct.unpack_from(">i", payload, 0)
     pos = 4
     if apis.response_header_is_flexible(api_key, version):
-        count, pos = _read_uvarint(payload, pos)
+        count, pos = read_uvarint(payload, pos)
         for _ in range(count):
-            _tag, pos = _read_uvarint(payload, pos)
-            length, pos = _read_uvarint(payload, pos)
+            _tag, pos = read_uvarint(payload, pos)
+            length, pos = read_uvarint(payload, pos)
             pos += length
     value, size = entity_reader(apis.response_class(api_key, version))(payload, pos)
     assert pos + size == len(payload), f"response of {len(payload)} bytes decoded only {pos + size}"
     return correlation_id, value
 
-
-def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
 
 
 class Closed(Exception):
