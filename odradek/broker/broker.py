@@ -224,14 +224,6 @@ class Broker:
             raise UnknownTopicError(f"this server does not host topic-partition {topic}-{partition}")
         return lg
 
-    def partitions_of(self, names: Iterable[str]) -> list[tuple[str, int]]:
-        out = []
-        for n in names:
-            t = self.registry.get(n)
-            if t is not None:
-                out.extend((n, p) for p in range(t.partitions))
-        return out
-
     # -- produce ---------------------------------------------------------------------------------
 
     def append(self, topic: str, partition: int, records: bytes | bytearray) -> AppendInfo:

@@ -12,7 +12,7 @@ import asyncio
 import io
 import struct
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,24 +24,13 @@ from odradek.broker.broker import Broker
 from odradek.broker.config import DYNAMIC_KEYS, BrokerConfig
 from odradek.broker.config import KEYS as BROKER_KEYS
 from odradek.broker.context import RequestContext
-from odradek.broker.handlers import admin_configs, admin_topics, cluster, records_admin
+from odradek.broker.handlers import cluster
 from odradek.protocol import apis, entities
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.frame import RequestHeader
 from odradek.storage.config import TOPIC_KEYS
 from tests.storage.helpers import batch
 
-HANDLERS: dict[int, Callable[..., Any]] = {
-    apis.CREATE_TOPICS: admin_topics.handle_create_topics,
-    apis.DELETE_TOPICS: admin_topics.handle_delete_topics,
-    apis.CREATE_PARTITIONS: admin_topics.handle_create_partitions,
-    apis.DESCRIBE_CONFIGS: admin_configs.handle_describe_configs,
-    apis.ALTER_CONFIGS: admin_configs.handle_alter_configs,
-    apis.INCREMENTAL_ALTER_CONFIGS: admin_configs.handle_incremental_alter_configs,
-    apis.DESCRIBE_CLUSTER: cluster.handle_describe_cluster,
-    apis.DELETE_RECORDS: records_admin.handle_delete_records,
-    apis.OFFSET_FOR_LEADER_EPOCH: records_admin.handle_offset_for_leader_epoch,
-}
 ZERO_UUID = uuid.UUID(int=0)
 
 
@@ -69,7 +58,7 @@ class Node:
         decoded = apis.decode_request(api_key, version, encode(request), 0)
         self.correlation += 1
         ctx = RequestContext(self.broker, RequestHeader(api_key, version, self.correlation, "test", 0), "test")
-        result = asyncio.run(HANDLERS[api_key](ctx, decoded))
+        result = asyncio.run(dispatch.HANDLERS[api_key](ctx, decoded))
         assert isinstance(result, dict)
         response_cls = apis.response_class(api_key, version)
         body = apis.encode_body(entities.build(response_cls, result))
