@@ -21,9 +21,16 @@ from collections.abc import Iterable
 
 from odradek.broker.config import BrokerConfig, default_log_config, merge_dynamic
 from odradek.broker.fetch_session import FetchSessionCache
+from odradek.broker.group_runtime import GroupRuntime
 from odradek.clock import SYSTEM_CLOCK, Clock
 from odradek.cluster.metadata import Topic, TopicRegistry
-from odradek.protocol.errors import InvalidConfigError, InvalidPartitionsError, KafkaError, UnknownTopicError
+from odradek.protocol.errors import (
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidTopicError,
+    KafkaError,
+    UnknownTopicError,
+)
 from odradek.storage.config import LogConfig
 from odradek.storage.log import AppendInfo, Log
 from odradek.storage.manager import LogManager
@@ -49,6 +56,7 @@ class Broker:
         self.log_defaults: LogConfig = config.log_config
         self._waiters: dict[tuple[str, int], set[asyncio.Future[None]]] = defaultdict(set)
         self.fetch_sessions = FetchSessionCache(config.fetch_session_slots)
+        self.groups = GroupRuntime(self, config.group_config, config.offsets_segment_bytes)
         self.started = False
         self.shutting_down = False  # set by wake_all: long polls stop waiting and answer
 
@@ -181,11 +189,14 @@ class Broker:
         topic = self.registry.get(name)
         if topic is None:
             raise UnknownTopicError(f"topic '{name}' does not exist")
+        if topic.internal:
+            raise InvalidTopicError(f"topic '{name}' is internal to the broker and cannot be deleted")
         self.registry.remove(name)
         for p in range(topic.partitions):
             if self.log_manager.get_log(name, p) is not None:
                 self.log_manager.delete_log(name, p)
             self.notify(name, p)
+        self.groups.on_topic_deleted(name)
         log.info("deleted topic %s", name)
         return topic
 
@@ -193,6 +204,8 @@ class Broker:
         topic = self.registry.get(name)
         if topic is None:
             raise UnknownTopicError(f"topic '{name}' does not exist")
+        if topic.internal:
+            raise InvalidPartitionsError(f"topic '{name}' is internal: its partition count cannot change")
         if count <= topic.partitions:
             raise InvalidPartitionsError(
                 f"topic '{name}' has {topic.partitions} partitions; the new count must be larger, got {count}"

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from odradek.coordinator.group.config import GroupConfig
 from odradek.protocol.errors import ErrorCode, InvalidConfigError, KafkaError
 from odradek.storage.config import HOURS, MINUTES, TOPIC_TO_BROKER_KEY, LogConfig
 
@@ -51,6 +52,7 @@ def _k(name: str, parse: Callable[[str], Any], default: Any, doc: str, ignored: 
 
 
 _LOG = LogConfig()
+_GROUP = GroupConfig()
 KEYS: dict[str, Key] = {
     k.name: k
     for k in [
@@ -105,8 +107,23 @@ KEYS: dict[str, Key] = {
         _k("transaction.state.log.min.isr", int, 1, "transactions", True),
         _k("share.coordinator.state.topic.replication.factor", int, 1, "share groups", True),
         _k("share.coordinator.state.topic.min.isr", int, 1, "share groups", True),
-        _k("group.initial.rebalance.delay.ms", int, 3000, "consumer groups", True),
-        _k("offsets.topic.num.partitions", int, 50, "consumer groups", True),
+        _k("group.initial.rebalance.delay.ms", int, _GROUP.initial_rebalance_delay_ms,
+           "how long an empty group waits for more members before its first rebalance"),
+        _k("group.min.session.timeout.ms", int, _GROUP.min_session_timeout_ms, "smallest session.timeout.ms allowed"),
+        _k("group.max.session.timeout.ms", int, _GROUP.max_session_timeout_ms, "largest session.timeout.ms allowed"),
+        _k("group.max.size", int, _GROUP.max_size, "most members a consumer group may have"),
+        _k("offsets.topic.num.partitions", int, _GROUP.num_partitions,
+           "partitions of __consumer_offsets (when it is created)"),
+        _k("offsets.topic.segment.bytes", int, 100 * 1024 * 1024,
+           "segment size of __consumer_offsets (also when it is rewritten to its live state)"),
+        _k("offsets.retention.minutes", int, _GROUP.offsets_retention_ms // MINUTES,
+           "committed offsets of an empty group are kept this long"),
+        _k("offsets.retention.check.interval.ms", int, _GROUP.offsets_retention_check_interval_ms,
+           "how often expired offsets are removed"),
+        _k("offset.metadata.max.bytes", int, _GROUP.offset_metadata_max_bytes, "longest commit metadata string"),
+        _k("offsets.load.buffer.size", int, 5 * 1024 * 1024, "consumer offsets loading", True),
+        _k("offsets.commit.timeout.ms", int, 5000, "consumer offsets commits (one replica)", True),
+        _k("group.coordinator.rebalance.protocols", str, "classic", "group protocols (classic only)", True),
         _k("min.insync.replicas", int, 1, "replication", True),
     ]
 }
@@ -175,9 +192,29 @@ class BrokerConfig:
         self.retention_check_interval_ms: int = values["log.retention.check.interval.ms"]
         self.checkpoint_interval_ms: int = values["log.flush.offset.checkpoint.interval.ms"]
         for key, minimum in (("num.partitions", 1), ("default.replication.factor", 1),
-                             ("socket.request.max.bytes", 1), ("log.flush.scheduler.interval.ms", 1)):
+                             ("socket.request.max.bytes", 1), ("log.flush.scheduler.interval.ms", 1),
+                             ("group.initial.rebalance.delay.ms", 0), ("group.min.session.timeout.ms", 1),
+                             ("group.max.size", 1), ("offsets.topic.num.partitions", 1),
+                             ("offsets.topic.segment.bytes", 1024), ("offsets.retention.minutes", 1),
+                             ("offsets.retention.check.interval.ms", 1), ("offset.metadata.max.bytes", 0)):
             if values[key] < minimum:
                 raise ConfigError(f"{key}={values[key]} is invalid: it must be >= {minimum}")
+        if values["group.max.session.timeout.ms"] < values["group.min.session.timeout.ms"]:
+            raise ConfigError(
+                f"group.max.session.timeout.ms={values['group.max.session.timeout.ms']} is smaller than "
+                f"group.min.session.timeout.ms={values['group.min.session.timeout.ms']}"
+            )
+        self.group_config = GroupConfig(
+            min_session_timeout_ms=values["group.min.session.timeout.ms"],
+            max_session_timeout_ms=values["group.max.session.timeout.ms"],
+            initial_rebalance_delay_ms=values["group.initial.rebalance.delay.ms"],
+            max_size=values["group.max.size"],
+            offsets_retention_ms=values["offsets.retention.minutes"] * MINUTES,
+            offsets_retention_check_interval_ms=values["offsets.retention.check.interval.ms"],
+            offset_metadata_max_bytes=values["offset.metadata.max.bytes"],
+            num_partitions=values["offsets.topic.num.partitions"],
+        )
+        self.offsets_segment_bytes: int = values["offsets.topic.segment.bytes"]
         self.log_config: LogConfig = default_log_config(values)
 
     @classmethod

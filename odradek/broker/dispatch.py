@@ -23,8 +23,10 @@ from odradek.broker.handlers import (
     api_versions,
     cluster,
     fetch,
+    groups,
     list_offsets,
     metadata,
+    offsets,
     produce,
     records_admin,
 )
@@ -50,6 +52,17 @@ HANDLERS: dict[int, Handler] = {
     apis.DESCRIBE_CLUSTER: cluster.handle_describe_cluster,
     apis.DELETE_RECORDS: records_admin.handle_delete_records,
     apis.OFFSET_FOR_LEADER_EPOCH: records_admin.handle_offset_for_leader_epoch,
+    apis.FIND_COORDINATOR: groups.handle_find_coordinator,
+    apis.JOIN_GROUP: groups.handle_join_group,
+    apis.SYNC_GROUP: groups.handle_sync_group,
+    apis.HEARTBEAT: groups.handle_heartbeat,
+    apis.LEAVE_GROUP: groups.handle_leave_group,
+    apis.DESCRIBE_GROUPS: groups.handle_describe_groups,
+    apis.LIST_GROUPS: groups.handle_list_groups,
+    apis.DELETE_GROUPS: groups.handle_delete_groups,
+    apis.OFFSET_COMMIT: offsets.handle_offset_commit,
+    apis.OFFSET_FETCH: offsets.handle_offset_fetch,
+    apis.OFFSET_DELETE: offsets.handle_offset_delete,
 }
 assert set(HANDLERS) == set(apis.SUPPORTED), "every advertised API needs a handler"
 

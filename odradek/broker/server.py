@@ -27,6 +27,7 @@ from odradek.storage.segment import FileRegion
 log = logging.getLogger(__name__)
 
 _WRITE_HIGH_WATER = 1 << 20
+GROUP_TICK_MS = 50
 
 
 class Server:
@@ -37,10 +38,13 @@ class Server:
         self._connections: dict[asyncio.Task[None], bool] = {}  # task -> busy with a request
         self._closing = False
         self._ticker: asyncio.Task[None] | None = None
+        self._group_ticker: asyncio.Task[None] | None = None
+        self._group_loader: asyncio.Task[None] | None = None
         self.port: int | None = None
 
     async def start(self) -> None:
         self.broker.start()
+        to_load = self.broker.groups.start()  # their groups answer COORDINATOR_LOAD_IN_PROGRESS until loaded
         lst = self.config.listener
         self._server = await asyncio.start_server(
             self._on_connection, host=lst.host or None, port=lst.port, reuse_address=True, backlog=1024,
@@ -50,6 +54,8 @@ class Server:
         if self.config.advertised_port == 0:
             self.config.advertised_port = self.port
         self._ticker = asyncio.create_task(self._tick_forever())
+        self._group_loader = asyncio.create_task(self.broker.groups.load(to_load))
+        self._group_ticker = asyncio.create_task(self._tick_groups_forever())
         log.info("broker %d listening on %s:%d (advertised %s:%d), data in %s", self.broker.node_id,
                  lst.host or "*", self.port, self.config.advertised_host, self.config.advertised_port,
                  ", ".join(str(d) for d in self.config.log_dirs))
@@ -62,8 +68,10 @@ class Server:
         log.info("shutting down: no new connections, finishing in-flight requests")
         if self._server is not None:
             self._server.close()
-        if self._ticker is not None:
-            self._ticker.cancel()
+        for task in (self._ticker, self._group_ticker, self._group_loader):
+            if task is not None:
+                task.cancel()
+        self.broker.groups.shutdown()
         for task, busy in list(self._connections.items()):
             if not busy:
                 task.cancel()
@@ -83,6 +91,15 @@ class Server:
                 await asyncio.to_thread(self.broker.tick)
             except Exception:
                 log.exception("periodic log maintenance failed")
+
+    async def _tick_groups_forever(self) -> None:
+        """Session timeouts, rebalance deadlines and offset retention, checked every 50 ms."""
+        while True:
+            await asyncio.sleep(GROUP_TICK_MS / 1000)
+            try:
+                self.broker.groups.tick()
+            except Exception:
+                log.exception("group coordinator timers failed")
 
     async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()

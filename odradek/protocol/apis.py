@@ -39,6 +39,15 @@ PRODUCE = 0
 FETCH = 1
 LIST_OFFSETS = 2
 METADATA = 3
+OFFSET_COMMIT = 8
+OFFSET_FETCH = 9
+FIND_COORDINATOR = 10
+JOIN_GROUP = 11
+HEARTBEAT = 12
+LEAVE_GROUP = 13
+SYNC_GROUP = 14
+DESCRIBE_GROUPS = 15
+LIST_GROUPS = 16
 API_VERSIONS = 18
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20
@@ -47,7 +56,9 @@ OFFSET_FOR_LEADER_EPOCH = 23
 DESCRIBE_CONFIGS = 32
 ALTER_CONFIGS = 33
 CREATE_PARTITIONS = 37
+DELETE_GROUPS = 42
 INCREMENTAL_ALTER_CONFIGS = 44
+OFFSET_DELETE = 47
 DESCRIBE_CLUSTER = 60
 
 SUPPORTED: dict[int, ApiRange] = _table(
@@ -55,6 +66,15 @@ SUPPORTED: dict[int, ApiRange] = _table(
     (FETCH, "Fetch", 4, 17),
     (LIST_OFFSETS, "ListOffsets", 1, 10),
     (METADATA, "Metadata", 0, 13),
+    (OFFSET_COMMIT, "OffsetCommit", 2, 9),
+    (OFFSET_FETCH, "OffsetFetch", 1, 9),
+    (FIND_COORDINATOR, "FindCoordinator", 0, 6),
+    (JOIN_GROUP, "JoinGroup", 0, 9),
+    (HEARTBEAT, "Heartbeat", 0, 4),
+    (LEAVE_GROUP, "LeaveGroup", 0, 5),
+    (SYNC_GROUP, "SyncGroup", 0, 5),
+    (DESCRIBE_GROUPS, "DescribeGroups", 0, 5),
+    (LIST_GROUPS, "ListGroups", 0, 5),
     (API_VERSIONS, "ApiVersions", 0, 4),
     (CREATE_TOPICS, "CreateTopics", 2, 7),
     (DELETE_TOPICS, "DeleteTopics", 1, 6),
@@ -63,6 +83,8 @@ SUPPORTED: dict[int, ApiRange] = _table(
     (DESCRIBE_CONFIGS, "DescribeConfigs", 1, 4),
     (ALTER_CONFIGS, "AlterConfigs", 0, 2),
     (CREATE_PARTITIONS, "CreatePartitions", 0, 3),
+    (DELETE_GROUPS, "DeleteGroups", 0, 2),
+    (OFFSET_DELETE, "OffsetDelete", 0, 0),
     (INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigs", 0, 1),
     (DESCRIBE_CLUSTER, "DescribeCluster", 0, 2),
 )

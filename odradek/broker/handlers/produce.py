@@ -31,6 +31,9 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse | None:
             elif known is None or not 0 <= pd.index < known.partitions:
                 result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 result.error_message = f"unknown topic-partition {topic.name}-{pd.index}"
+            elif known.internal:
+                result.error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
+                result.error_message = f"topic {topic.name} is internal to the broker: clients cannot produce to it"
             elif pd.records is None:
                 result.error_code = ErrorCode.CORRUPT_MESSAGE
                 result.error_message = "the record set is null"

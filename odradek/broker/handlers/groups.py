@@ -1,0 +1,144 @@
+"""Consumer-group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, DescribeGroups,
+ListGroups, DeleteGroups. Each turns its request into one coordinator operation (``coordinator/group``)
+and its result into the response of the request's version; the rules live in the coordinator."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from odradek.broker.context import RequestContext
+from odradek.protocol.entities import millis
+from odradek.protocol.errors import ErrorCode
+
+log = logging.getLogger(__name__)
+
+E = ErrorCode
+KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
+AUTHORIZED_OPERATIONS_UNSET = -(2**31)
+
+
+def client_host(ctx: RequestContext) -> str:
+    """The member's host as Kafka reports it ("/127.0.0.1")."""
+    return "/" + ctx.peer.rsplit(":", 1)[0]
+
+
+# -- FindCoordinator --------------------------------------------------------------------------------
+
+
+def _coordinator(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
+    b = ctx.broker
+    entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": E.NONE,
+                             "error_message": None}
+    if key_type == KEY_TYPE_GROUP:
+        if not key:
+            entry.update(error_code=E.INVALID_REQUEST, error_message="the group id is empty")
+            return entry
+        b.groups.ensure_started()
+        entry.update(node_id=b.node_id, host=b.config.advertised_host, port=b.config.advertised_port)
+    elif key_type == KEY_TYPE_TRANSACTION:
+        entry.update(error_code=E.COORDINATOR_NOT_AVAILABLE,
+                     error_message="transactions are not supported by this broker yet")
+    else:
+        entry.update(error_code=E.INVALID_REQUEST, error_message=f"unknown coordinator key type {key_type}")
+    return entry
+
+
+async def handle_find_coordinator(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
+    if ctx.version >= 4:
+        return {"throttle_time": 0,
+                "coordinators": [_coordinator(ctx, key, key_type) for key in request.coordinator_keys]}
+    entry = _coordinator(ctx, request.key, key_type)
+    del entry["key"]
+    return {"throttle_time": 0, **entry}
+
+
+# -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ------------------------------------------------
+
+
+async def handle_join_group(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    v = ctx.version
+    session = millis(request.session_timeout)
+    rebalance = millis(request.rebalance_timeout) if v >= 1 else session
+    protocols = [(p.name, bytes(p.metadata)) for p in request.protocols]
+    instance_id = getattr(request, "group_instance_id", None)
+    client_id = ctx.header.client_id or ""
+    host = client_host(ctx)
+    reply = await ctx.broker.groups.call(lambda c, ticket, now: c.join(
+        ticket, group_id=request.group_id, member_id=request.member_id, group_instance_id=instance_id,
+        protocol_type=request.protocol_type, protocols=protocols, session_timeout_ms=session,
+        rebalance_timeout_ms=rebalance, client_id=client_id, client_host=host,
+        require_known_member_id=v >= 4, supports_skip_assignment=v >= 9, now=now))
+    out = dict(reply, throttle_time=0)
+    if v < 7 and out.get("protocol_name") is None:
+        out["protocol_name"] = ""
+    return out
+
+
+async def handle_sync_group(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    assignments = [(a.member_id, bytes(a.assignment)) for a in request.assignments]
+    reply = await ctx.broker.groups.call(lambda c, ticket, now: c.sync(
+        ticket, group_id=request.group_id, generation_id=request.generation_id, member_id=request.member_id,
+        group_instance_id=getattr(request, "group_instance_id", None),
+        protocol_type=getattr(request, "protocol_type", None), protocol_name=getattr(request, "protocol_name", None),
+        assignments=assignments, now=now))
+    return dict(reply, throttle_time=0)
+
+
+async def handle_heartbeat(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    groups = ctx.broker.groups
+    coord = groups.ensure_started()
+    error = coord.heartbeat(group_id=request.group_id, generation_id=request.generation_id,
+                            member_id=request.member_id, group_instance_id=getattr(request, "group_instance_id", None),
+                            now=groups.now())
+    return {"throttle_time": 0, "error_code": error}
+
+
+async def handle_leave_group(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    groups = ctx.broker.groups
+    coord = groups.ensure_started()
+    if ctx.version >= 3:
+        members = [(m.member_id, m.group_instance_id) for m in request.members]
+    else:
+        members = [(request.member_id, None)]
+    group_error, errors, fx = coord.leave(group_id=request.group_id, members=members, now=groups.now())
+    groups.apply(fx)
+    if ctx.version < 3:
+        return {"throttle_time": 0, "error_code": group_error if group_error != E.NONE else errors[0]}
+    return {"throttle_time": 0, "error_code": group_error, "members": [
+        {"member_id": m, "group_instance_id": i, "error_code": e} for (m, i), e in zip(members, errors, strict=True)]}
+
+
+# -- DescribeGroups / ListGroups / DeleteGroups -----------------------------------------------------
+
+
+async def handle_describe_groups(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    coord = ctx.broker.groups.ensure_started()
+    described = []
+    for group_id in request.groups:
+        d = coord.describe(group_id)
+        d["authorized_operations"] = AUTHORIZED_OPERATIONS_UNSET
+        described.append(d)
+    return {"throttle_time": 0, "groups": described}
+
+
+async def handle_list_groups(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    coord = ctx.broker.groups.ensure_started()
+    states = set(getattr(request, "states_filter", ()) or ())
+    types = {t.lower() for t in (getattr(request, "types_filter", ()) or ())}
+    # Every group here is a classic group; a filter for other types (KIP-848 "consumer", "share") matches none.
+    listed = [] if types and "classic" not in types else coord.list_groups(states)
+    return {"throttle_time": 0, "error_code": E.NONE, "groups": listed}
+
+
+async def handle_delete_groups(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    groups = ctx.broker.groups
+    results = []
+    for group_id in request.groups_names:
+        error = await groups.call(lambda c, ticket, now, g=group_id: c.delete_group(ticket, g))
+        if error == E.NONE:
+            log.info("deleted group %s for %s", group_id, ctx.peer)
+        results.append({"group_id": group_id, "error_code": error})
+    return {"throttle_time": 0, "results": results}

@@ -1,0 +1,197 @@
+"""Committed offsets: OffsetCommit, OffsetFetch, OffsetDelete, retention and removal with deleted topics.
+
+A commit is one offset record per partition, answered once the records are durable; the offsets
+are readable (OffsetFetch) from the moment they are applied. Checks follow Kafka:
+
+- A commit with generation -1 and no member id is a "simple" commit (admin tools, manual-assign
+  consumers): allowed when the group is Empty or unknown (which creates it). Otherwise the member
+  must be in the group (UNKNOWN_MEMBER_ID), the generation current (ILLEGAL_GENERATION), static
+  members not fenced (FENCED_INSTANCE_ID), and the group not waiting for its SyncGroup round
+  (REBALANCE_IN_PROGRESS). A commit from a member counts as a heartbeat.
+- Per partition: metadata longer than ``offset.metadata.max.bytes`` gets OFFSET_METADATA_TOO_LARGE,
+  an unknown topic-partition UNKNOWN_TOPIC_OR_PARTITION; the other partitions are still committed.
+- Retention (``offsets.retention.minutes``, KIP-211): offsets of an Empty group expire that long after
+  the group became Empty (simple groups: after the commit); offsets with an explicit expire time then;
+  offsets of topics a Stable consumer group no longer subscribes to, after their commit (KIP-496). An
+  Empty group left with no offsets is deleted (a group tombstone).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from odradek.coordinator.group import consumer_protocol
+from odradek.coordinator.group.effects import Effects, Record, Write
+from odradek.coordinator.group.model import Group, GroupState, OffsetEntry, Ticket
+from odradek.coordinator.group.records import GroupKey, OffsetKey, OffsetValue
+from odradek.coordinator.group.state import CoordinatorState
+from odradek.protocol.errors import ErrorCode
+
+E = ErrorCode
+CONSUMER = "consumer"
+NO_OFFSET = -1
+
+TopicPartition = tuple[str, int]
+# (topic, partition, offset, leader epoch, metadata)
+CommitRequest = tuple[str, int, int, int, str | None]
+
+
+class OffsetOps(CoordinatorState):
+    def commit(self, ticket: Ticket, *, group_id: str, generation_id: int, member_id: str,
+               group_instance_id: str | None, offsets: list[CommitRequest], retention_ms: int,
+               partition_exists: Callable[[str, int], bool], now: int) -> Effects:
+        """Commit ``offsets``; the reply is ``{(topic, partition): ErrorCode}``."""
+        fx = Effects()
+        error = self.unavailable(group_id)
+        group = self.groups.get(group_id)
+        if error is None:
+            error = self._commit_error(group, generation_id, member_id, group_instance_id)
+        if error is not None:
+            return fx.reply(ticket, {(t, p): error for t, p, *_ in offsets})
+        if group is None:
+            group = self.groups[group_id] = Group(group_id, state_timestamp=now)
+        member = group.members.get(member_id)
+        if member is not None:
+            self.schedule_heartbeat(group, member, now)
+        results: dict[TopicPartition, ErrorCode] = {}
+        records: list[Record] = []
+        expire = now + retention_ms if retention_ms >= 0 else -1
+        limit = self.config.offset_metadata_max_bytes
+        for topic, partition, offset, leader_epoch, metadata in offsets:
+            meta = metadata or ""
+            if len(meta.encode()) > limit:
+                results[(topic, partition)] = E.OFFSET_METADATA_TOO_LARGE
+            elif not partition_exists(topic, partition):
+                results[(topic, partition)] = E.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                results[(topic, partition)] = E.NONE
+                records.append((OffsetKey(group_id, topic, partition),
+                                OffsetValue(offset, leader_epoch, meta, now, expire)))
+        if not records:
+            return fx.reply(ticket, results)
+
+        def failed(error: ErrorCode) -> list[tuple[Ticket, Any]]:
+            return [(ticket, {tp: (error if e == E.NONE else e) for tp, e in results.items()})]
+
+        fx.writes.append(Write(self.partition_of(group_id), records, [(ticket, results)], failed))
+        return fx
+
+    def _commit_error(self, group: Group | None, generation_id: int, member_id: str,
+                      instance_id: str | None) -> ErrorCode | None:
+        if group is None:
+            return None if generation_id < 0 else E.ILLEGAL_GENERATION
+        if group.is_(GroupState.DEAD):
+            return E.COORDINATOR_NOT_AVAILABLE
+        if generation_id < 0 and group.is_(GroupState.EMPTY):
+            return None
+        if group.fenced(member_id, instance_id):
+            return E.FENCED_INSTANCE_ID
+        if member_id not in group.members:
+            return E.UNKNOWN_MEMBER_ID
+        if generation_id != group.generation:
+            return E.ILLEGAL_GENERATION
+        if group.is_(GroupState.COMPLETING_REBALANCE):
+            return E.REBALANCE_IN_PROGRESS
+        return None
+
+    def fetch_offsets(self, group_id: str, partitions: Iterable[TopicPartition] | None
+                      ) -> tuple[ErrorCode, list[tuple[TopicPartition, OffsetEntry | None]]]:
+        """Committed offsets of ``partitions`` (None: every partition with an offset); None where there is none."""
+        error = self.unavailable(group_id)
+        if error is not None:
+            return error, [(tp, None) for tp in partitions or ()]
+        group = self.groups.get(group_id)
+        offsets = group.offsets if group is not None else {}
+        if partitions is None:
+            return E.NONE, sorted(offsets.items())
+        return E.NONE, [(tp, offsets.get(tp)) for tp in partitions]
+
+    def delete_offsets(self, ticket: Ticket, group_id: str, partitions: list[TopicPartition]) -> Effects:
+        """OffsetDelete; the reply is ``(group error, {(topic, partition): ErrorCode})``."""
+        fx = Effects()
+        error = self.unavailable(group_id)
+        group = self.groups.get(group_id)
+        if error is None and (group is None or group.is_(GroupState.DEAD)):
+            error = E.GROUP_ID_NOT_FOUND
+        if error is None and group is not None and group.protocol_type != CONSUMER \
+                and not group.is_(GroupState.EMPTY):
+            error = E.NON_EMPTY_GROUP
+        if error is not None or group is None:
+            return fx.reply(ticket, (error, {}))
+        subscribed = None if group.is_(GroupState.EMPTY) else subscribed_topics(group)
+        results: dict[TopicPartition, ErrorCode] = {}
+        records: list[Record] = []
+        for topic, partition in partitions:
+            if subscribed is not None and (subscribed is ALL or topic in subscribed):
+                results[(topic, partition)] = E.GROUP_SUBSCRIBED_TO_TOPIC
+                continue
+            results[(topic, partition)] = E.NONE
+            if (topic, partition) in group.offsets:
+                records.append((OffsetKey(group_id, topic, partition), None))
+        if not records:
+            return fx.reply(ticket, (E.NONE, results))
+
+        def failed(error: ErrorCode) -> list[tuple[Ticket, Any]]:
+            return [(ticket, (error, {}))]
+
+        fx.writes.append(Write(self.partition_of(group_id), records, [(ticket, (E.NONE, results))], failed))
+        return fx
+
+    def remove_topic_offsets(self, topic: str) -> Effects:
+        """Tombstones for every committed offset of ``topic`` (it was deleted)."""
+        by_partition: dict[int, list[Record]] = defaultdict(list)
+        for group in self.groups.values():
+            for t, p in group.offsets:
+                if t == topic:
+                    by_partition[self.partition_of(group.group_id)].append((OffsetKey(group.group_id, t, p), None))
+        return Effects(writes=[Write(part, recs) for part, recs in sorted(by_partition.items())])
+
+    def expire_offsets(self, now: int) -> Effects:
+        """Tombstones for offsets past retention, and for Empty groups left with no offsets."""
+        by_partition: dict[int, list[Record]] = defaultdict(list)
+        retention = self.config.offsets_retention_ms
+        for group in list(self.groups.values()):
+            part = self.partition_of(group.group_id)
+            if part in self.loading:
+                continue
+            expired = [tp for tp, e in group.offsets.items() if self._offset_expired(group, tp, e, retention, now)]
+            by_partition[part].extend((OffsetKey(group.group_id, t, p), None) for t, p in expired)
+            if group.is_(GroupState.EMPTY) and len(expired) == len(group.offsets):
+                by_partition[part].append((GroupKey(group.group_id), None))
+        fx = Effects(writes=[Write(part, recs) for part, recs in sorted(by_partition.items()) if recs])
+        count = sum(len(w.records) for w in fx.writes)
+        if count:
+            fx.warnings.append(f"offsets retention: removing {count} expired offsets and empty groups")
+        return fx
+
+    def _offset_expired(self, group: Group, tp: TopicPartition, entry: OffsetEntry, retention: int, now: int) -> bool:
+        if entry.expire_timestamp >= 0:
+            return now >= entry.expire_timestamp
+        if group.is_(GroupState.EMPTY):
+            base = group.state_timestamp if group.protocol_type and group.state_timestamp >= 0 \
+                else entry.commit_timestamp
+            return now - base >= retention
+        if group.is_(GroupState.STABLE) and group.protocol_type == CONSUMER:
+            topics = subscribed_topics(group)
+            return topics is not ALL and tp[0] not in topics and now - entry.commit_timestamp >= retention
+        return False
+
+
+class _All(frozenset[str]):
+    """Subscriptions that could not be read: treat every topic as subscribed."""
+
+
+ALL = _All()
+
+
+def subscribed_topics(group: Group) -> frozenset[str]:
+    """The topics a consumer group's members subscribe to, or ``ALL`` when a subscription does not decode."""
+    topics: set[str] = set()
+    for m in group.members.values():
+        try:
+            topics.update(consumer_protocol.decode_subscription(m.metadata(group.protocol)).topics)
+        except ValueError:
+            return ALL
+    return frozenset(topics)

@@ -1,0 +1,173 @@
+"""The group coordinator's state and the one way durable state changes: replaying ``__consumer_offsets`` records.
+
+Two kinds of state live here, as in Kafka's classic group coordinator:
+
+- Durable state: committed offsets, and each group's last persisted generation (protocol, leader,
+  members and their assignments). It changes only in ``replay(key, value)``, which is called for every
+  record read at startup and for every record the coordinator wrote, once it is durable. So the
+  state after a restart is exactly what replaying the topic gives.
+- The rebalance in progress: who has rejoined this round, pending JoinGroup/SyncGroup responses,
+  heartbeat deadlines. Kafka keeps these in memory only, and so do we: after a restart members find
+  their generation gone or stale and rejoin.
+
+Invariants:
+- ``replay`` of a group value is authoritative: the group's generation, protocol, leader and members
+  become the record's; runtime fields of members that keep their id survive (pending responses,
+  deadlines). A group value with members leaves the group Stable, one without members Empty; a
+  group tombstone removes the group.
+- A partition in ``loading`` answers every group operation with COORDINATOR_LOAD_IN_PROGRESS.
+- Timers are a heap of (deadline, seq, kind, group, member) checked lazily: an entry whose group,
+  member or deadline changed since it was pushed is skipped or re-pushed when it comes due, so a
+  heartbeat costs no heap operation.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import uuid
+from collections.abc import Callable
+
+from odradek.coordinator.group.config import GroupConfig
+from odradek.coordinator.group.model import Group, GroupState, Member, OffsetEntry
+from odradek.coordinator.group.records import (
+    GroupKey,
+    GroupValue,
+    Key,
+    MemberValue,
+    OffsetKey,
+    OffsetValue,
+    Value,
+    partition_for,
+)
+from odradek.protocol.errors import ErrorCode
+
+HEARTBEAT, PENDING, JOIN, SYNC = "heartbeat", "pending", "join", "sync"
+
+
+def default_member_id(client_id: str) -> str:
+    return f"{client_id}-{uuid.uuid4()}"
+
+
+class CoordinatorState:
+    def __init__(self, config: GroupConfig, num_partitions: int, *,
+                 new_member_id: Callable[[str], str] = default_member_id) -> None:
+        self.config = config
+        self.num_partitions = num_partitions
+        self.groups: dict[str, Group] = {}
+        self.loading: set[int] = set()
+        self._timers: list[tuple[int, int, str, str, str]] = []
+        self._seq = itertools.count()
+        self._new_member_id = new_member_id
+
+    # -- lookups ------------------------------------------------------------------------------------
+
+    def partition_of(self, group_id: str) -> int:
+        return partition_for(group_id, self.num_partitions)
+
+    def unavailable(self, group_id: str | None) -> ErrorCode | None:
+        """The error for any operation on ``group_id`` before looking at the group, or None."""
+        if not group_id:
+            return ErrorCode.INVALID_GROUP_ID
+        if self.partition_of(group_id) in self.loading:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        return None
+
+    def groups_in(self, partition: int) -> list[Group]:
+        return [g for g in self.groups.values() if self.partition_of(g.group_id) == partition]
+
+    # -- timers -------------------------------------------------------------------------------------
+
+    def schedule(self, deadline: int, kind: str, group_id: str, member_id: str = "") -> None:
+        heapq.heappush(self._timers, (deadline, next(self._seq), kind, group_id, member_id))
+
+    def schedule_heartbeat(self, group: Group, member: Member, now: int) -> None:
+        member.heartbeat_deadline = now + member.session_timeout_ms
+        if not member.timer_scheduled:
+            member.timer_scheduled = True
+            self.schedule(member.heartbeat_deadline, HEARTBEAT, group.group_id, member.member_id)
+
+    def due_timers(self, now: int) -> list[tuple[int, str, str, str]]:
+        due = []
+        while self._timers and self._timers[0][0] <= now:
+            deadline, _, kind, group_id, member_id = heapq.heappop(self._timers)
+            due.append((deadline, kind, group_id, member_id))
+        return due
+
+    def next_deadline(self) -> int | None:
+        return self._timers[0][0] if self._timers else None
+
+    # -- replay -------------------------------------------------------------------------------------
+
+    def replay(self, key: Key, value: Value | None) -> None:
+        """Apply one durable record. The only way committed offsets and persisted groups change."""
+        if isinstance(key, OffsetKey):
+            assert value is None or isinstance(value, OffsetValue)
+            self._replay_offset(key, value)
+        else:
+            assert value is None or isinstance(value, GroupValue)
+            self._replay_group(key, value)
+
+    def _replay_offset(self, key: OffsetKey, value: OffsetValue | None) -> None:
+        group = self.groups.get(key.group)
+        if value is None:
+            if group is not None:
+                group.offsets.pop((key.topic, key.partition), None)
+            return
+        if group is None:
+            group = self.groups[key.group] = Group(key.group)
+        group.offsets[(key.topic, key.partition)] = OffsetEntry(
+            value.offset, value.leader_epoch, value.metadata, value.commit_timestamp, value.expire_timestamp)
+
+    def _replay_group(self, key: GroupKey, value: GroupValue | None) -> None:
+        if value is None:
+            group = self.groups.pop(key.group, None)
+            if group is not None:
+                group.state = GroupState.DEAD
+            return
+        group = self.groups.get(key.group)
+        if group is None:
+            group = self.groups[key.group] = Group(key.group)
+        group.persisted = value
+        group.generation = value.generation
+        group.protocol_type = value.protocol_type or None
+        group.protocol = value.protocol
+        group.state_timestamp = value.current_state_timestamp
+        members: dict[str, Member] = {}
+        for mv in value.members:
+            members[mv.member_id] = self._member_from_record(group, value, mv)
+        group.members = members
+        group.static_members = {m.group_instance_id: m.member_id for m in members.values()
+                                if m.group_instance_id is not None}
+        group.leader = value.leader if value.leader in members else next(iter(members), None)
+        group.pending_sync &= set(members)
+        group.state = GroupState.STABLE if members else GroupState.EMPTY
+
+    def _member_from_record(self, group: Group, value: GroupValue, mv: MemberValue) -> Member:
+        member = group.members.get(mv.member_id)
+        if member is None:
+            member = Member(mv.member_id, mv.group_instance_id, mv.client_id, mv.client_host, mv.rebalance_timeout,
+                            mv.session_timeout, value.protocol_type, [(value.protocol or "", mv.subscription)])
+        member.assignment = mv.assignment
+        return member
+
+    def group_record(self, group: Group, now: int, assignments: dict[str, bytes] | None = None) -> GroupValue:
+        """The group value that persists ``group`` as it is now (with these assignments, if given)."""
+        members = tuple(
+            MemberValue(m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+                        m.session_timeout_ms, m.metadata(group.protocol),
+                        assignments.get(m.member_id, b"") if assignments is not None else m.assignment)
+            for m in group.members.values()
+        )
+        return GroupValue(group.protocol_type or "", group.generation, group.protocol, group.leader, now, members)
+
+    def live_records(self, partition: int) -> list[tuple[Key, Value]]:
+        """The records that rebuild this partition's durable state: what a rewrite of the partition keeps."""
+        out: list[tuple[Key, Value]] = []
+        for group in self.groups_in(partition):
+            for (topic, p), e in group.offsets.items():
+                out.append((OffsetKey(group.group_id, topic, p),
+                            OffsetValue(e.offset, e.leader_epoch, e.metadata, e.commit_timestamp, e.expire_timestamp)))
+            if group.persisted is not None:
+                out.append((GroupKey(group.group_id), group.persisted))
+        return out
