@@ -2,7 +2,7 @@
 
 Without ``--group`` the consumer is *assigned* partitions (all of the topic's, or ``--partition``'s)
 and commits nothing: a generated ``group.id`` only satisfies confluent-kafka. With ``--group G`` it
-*subscribes* as member of group G (needs a broker with consumer groups) and commits as it goes.
+*subscribes* as member of group G and commits as it goes.
 
 Where to start (one of): ``--from-beginning``; ``--offset earliest|latest|N|-N`` (N is clamped into
 the partition's offsets; -N means N records before the end); ``--timestamp MS`` (the first record at
@@ -337,8 +337,9 @@ def _consume(consumer: Consumer, args: argparse.Namespace, formatter: Any, out: 
             if not assigned and time.monotonic() - started > _client.timeout_s(args):
                 raise CliError(
                     f"group '{args.group}' was given no partitions within {_client.timeout_s(args):g}s",
-                    "the broker may not support consumer groups yet (librdkafka found no group coordinator); "
-                    "consume without --group to read the partitions directly",
+                    "other members may hold every partition, or the group is still rebalancing: check "
+                    f"`odradek groups describe --group {args.group}`, or consume without --group to read "
+                    "the partitions directly",
                 )
             if msg is None:
                 if idle_limit is not None and time.monotonic() - last_message >= idle_limit:

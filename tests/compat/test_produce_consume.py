@@ -54,11 +54,8 @@ def test_every_codec_round_trips(client: Client, broker: BrokerProcess, topic_na
 
 @pytest.mark.parametrize("codec", CODECS)
 def test_batches_are_stored_with_the_requested_codec(client: Client, broker: BrokerProcess, topic_name: str,
-                                                     codec: str, request: pytest.FixtureRequest) -> None:
-    if client.name == "confluent" and codec == "lz4":
-        # librdkafka enables its LZ4 "feature" only if the broker advertises FindCoordinator (an API of
-        # Kafka 0.8.2, like LZ4); until consumer groups exist it sends lz4-requested batches uncompressed.
-        request.applymarker(pytest.mark.xfail(strict=True, reason="librdkafka: LZ4 needs FindCoordinator"))
+                                                     codec: str) -> None:
+    # (librdkafka enables LZ4 only when the broker advertises FindCoordinator, an API of the same Kafka release.)
     create_topic(broker, topic_name)
     client.produce(topic_name, [Rec(value=b"compress me please " * 30, key=b"%d" % i) for i in range(50)],
                    compression=codec)
