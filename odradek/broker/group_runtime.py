@@ -81,7 +81,8 @@ class GroupRuntime:
     async def load(self, partitions: list[int]) -> None:
         """Replay each partition from its log start (reading off the event loop), then serve its groups."""
         coord = self.coordinator
-        assert coord is not None
+        if coord is None:
+            return
         for p in partitions:
             lg = self.broker.get_log(OFFSETS_TOPIC, p)
             records = await asyncio.to_thread(read_records, lg)
