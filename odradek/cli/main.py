@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from odradek.cli import configs, consume, dump_log, produce, serve, topics
+from odradek.cli import configs, consume, dump_log, groups, produce, serve, topics
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -19,6 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_parser(sub)
     consume.add_parser(sub)
     configs.add_parser(sub)
+    groups.add_parser(sub)
     return parser
 
 
