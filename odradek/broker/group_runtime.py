@@ -112,6 +112,11 @@ class GroupRuntime:
                 self._growth[p] = _Growth(b.get_log(OFFSETS_TOPIC, p).size, 0)
         return self.coordinator
 
+    def view(self) -> GroupCoordinator:
+        """The coordinator for requests that create nothing (heartbeats, describes, lists, fetches): before
+        ``__consumer_offsets`` exists, an empty one, so that they do not create the topic as a side effect."""
+        return self.coordinator or GroupCoordinator(self.config, self.config.num_partitions)
+
     def shutdown(self) -> None:
         """Answer every waiting JoinGroup/SyncGroup with NOT_COORDINATOR (the broker is going away)."""
         if self.coordinator is None:

@@ -291,3 +291,13 @@ def test_join_errors_on_the_wire(node: Node) -> None:
     od = node.call(apis.OFFSET_DELETE, 0, {"group_id": "nope", "topics": [
         {"name": "orders", "partitions": [{"partition_index": 0}]}]})
     assert od.error_code == E.GROUP_ID_NOT_FOUND
+
+
+def test_reading_requests_do_not_create_the_internal_topic(node: Node) -> None:
+    assert node.call(apis.LIST_GROUPS, 5, {"states_filter": [], "types_filter": []}).groups == ()
+    assert node.call(apis.DESCRIBE_GROUPS, 5, {"groups": ["g"]}).groups[0].group_state == "Dead"
+    hb = node.call(apis.HEARTBEAT, 4, {"group_id": "g", "generation_id": 1, "member_id": "m",
+                                       "group_instance_id": None})
+    assert hb.error_code == E.UNKNOWN_MEMBER_ID
+    assert fetch(node, ["g"]) == {"g": (E.NONE, {})}
+    assert node.broker.registry.get(OFFSETS_TOPIC) is None

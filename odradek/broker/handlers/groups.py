@@ -89,7 +89,7 @@ async def handle_sync_group(ctx: RequestContext, request: Any) -> dict[str, Any]
 
 async def handle_heartbeat(ctx: RequestContext, request: Any) -> dict[str, Any]:
     groups = ctx.broker.groups
-    coord = groups.ensure_started()
+    coord = groups.view()
     error = coord.heartbeat(group_id=request.group_id, generation_id=request.generation_id,
                             member_id=request.member_id, group_instance_id=getattr(request, "group_instance_id", None),
                             now=groups.now())
@@ -98,7 +98,7 @@ async def handle_heartbeat(ctx: RequestContext, request: Any) -> dict[str, Any]:
 
 async def handle_leave_group(ctx: RequestContext, request: Any) -> dict[str, Any]:
     groups = ctx.broker.groups
-    coord = groups.ensure_started()
+    coord = groups.view()
     if ctx.version >= 3:
         members = [(m.member_id, m.group_instance_id) for m in request.members]
     else:
@@ -115,7 +115,7 @@ async def handle_leave_group(ctx: RequestContext, request: Any) -> dict[str, Any
 
 
 async def handle_describe_groups(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    coord = ctx.broker.groups.ensure_started()
+    coord = ctx.broker.groups.view()
     described = []
     for group_id in request.groups:
         d = coord.describe(group_id)
@@ -125,7 +125,7 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> dict[str,
 
 
 async def handle_list_groups(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    coord = ctx.broker.groups.ensure_started()
+    coord = ctx.broker.groups.view()
     states = set(getattr(request, "states_filter", ()) or ())
     types = {t.lower() for t in (getattr(request, "types_filter", ()) or ())}
     # Every group here is a classic group; a filter for other types (KIP-848 "consumer", "share") matches none.

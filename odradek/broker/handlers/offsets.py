@@ -43,7 +43,7 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> dict[str, A
 
 
 def _fetch_group(ctx: RequestContext, group_id: str, topics: Any) -> tuple[ErrorCode, list[dict[str, Any]]]:
-    coord = ctx.broker.groups.ensure_started()
+    coord = ctx.broker.groups.view()
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
     error, found = coord.fetch_offsets(group_id, wanted)
     by_topic: dict[str, list[dict[str, Any]]] = {}
