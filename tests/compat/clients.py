@@ -6,15 +6,23 @@ one-shot ``produce``/``consume`` helpers, ListOffsets lookups and the admin oper
 has. Results come back as plain values (``Ack``, ``Consumed``, dicts) so scenarios compare them
 without knowing which library produced them.
 
-Clients are configured for what the broker implements today: no consumer groups (manual
-``assign``, no commits) and no idempotent producer (kafka-python 3.x enables it by default).
-Every call is bounded by a timeout; an expired one raises ``TimeoutError``.
+The plain ``consumer`` reads by assignment (``assign``, no commits). ``group_consumer`` is a member
+of a consumer group: it subscribes with a group id (optionally a static ``group.instance.id``),
+chooses a partition assignor and ``auto.offset.reset``, commits manually or automatically, reads
+committed offsets and their metadata back, reports its assignment and the rebalance callbacks the
+library made, and closes with or without LeaveGroup where the library allows. Running this module
+(``python -m tests.compat.clients member ...``) runs one group member in a process of its own, for
+tests that kill a member with SIGKILL. Producers never ask for idempotence (kafka-python 3.x
+enables it by default). Every call is bounded by a timeout; an expired one raises ``TimeoutError``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import re
+import sys
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -22,6 +30,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 CLIENTS = ("confluent", "kafka-python", "aiokafka")
+#: partition.assignment.strategy names, as Kafka's consumers call them.
+ASSIGNORS = ("range", "roundrobin", "sticky", "cooperative-sticky")
+#: auto.offset.reset values (``none``: the client raises its own error when there is no committed offset).
+OFFSET_RESETS = ("earliest", "latest", "none")
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 EARLIEST = "earliest"
 
@@ -87,8 +99,75 @@ class Consumer(ABC):
     def close(self) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """A committed offset (the next record to read) and the metadata string committed with it."""
+
+    offset: int
+    metadata: str
+
+
+#: What ``GroupConsumer.commit`` takes per partition: an offset, or an offset and a metadata string.
+CommitSpec = int | tuple[int, str]
+
+
+class GroupConsumer(ABC):
+    """A member of a consumer group subscribed to one topic, used from one thread at a time.
+
+    ``events`` lists the rebalance callbacks the library made, in order, as ``("assigned" | "revoked"
+    | "lost", partitions)``; under the cooperative protocol the partitions are the increment (what
+    was added or taken away), under the eager one the whole assignment.
+    """
+
+    def __init__(self, topic: str, instance_id: str | None) -> None:
+        self.topic = topic
+        self.instance_id = instance_id
+        self.events: list[tuple[str, frozenset[int]]] = []
+
+    def _event(self, kind: str, tps: Any) -> None:
+        self.events.append((kind, frozenset(tp.partition for tp in tps if tp.topic == self.topic)))
+
+    @abstractmethod
+    def poll(self, timeout: float = 0.2, max_records: int = 500) -> list[Consumed]:
+        """One poll of at most ``timeout`` seconds (it also drives the group protocol for libraries that
+        need it); raises the library's error, e.g. for a partition without committed offset when
+        ``auto.offset.reset`` is ``none``."""
+
+    @abstractmethod
+    def assignment(self) -> frozenset[int]:
+        """The partitions of the topic assigned to this member now."""
+
+    @abstractmethod
+    def commit(self, offsets: dict[int, CommitSpec] | None = None) -> None:
+        """Commit synchronously: ``offsets`` (partition -> next offset to read, optionally with
+        metadata), or, when None, the positions after the records ``poll`` returned."""
+
+    @abstractmethod
+    def committed(self, partitions: Sequence[int]) -> dict[int, Committed | None]:
+        """The group's committed offsets and metadata as the library reads them (None: no commit)."""
+
+    @abstractmethod
+    def close(self, leave: bool | None = None) -> None:
+        """Close the member; ``leave=None`` does what the library does. A dynamic member sends
+        LeaveGroup in every library and none lets it skip that (``leave=False`` raises
+        ``NotImplementedError``; kill its process instead, see ``run_member``); a static member
+        (``group.instance.id``) never sends LeaveGroup (KIP-345), so ``leave=True`` raises."""
+
+    def _check_leave(self, leave: bool | None) -> None:
+        if leave is True and self.instance_id is not None:
+            raise NotImplementedError("static members do not send LeaveGroup on close (KIP-345)")
+        if leave is False and self.instance_id is None:
+            raise NotImplementedError("the library always sends LeaveGroup when a dynamic member closes")
+
+
+def _commit_parts(spec: CommitSpec) -> tuple[int, str]:
+    return (spec, "") if isinstance(spec, int) else spec
+
+
 class Client(ABC):
     name: str
+    #: The ``ASSIGNORS`` this library implements on the client side.
+    assignors: tuple[str, ...] = ()
     #: True when ``alter_configs`` keeps the keys it does not mention (IncrementalAlterConfigs);
     #: False when it replaces the whole set (AlterConfigs), resetting the others to their defaults.
     incremental_alter: bool = True
@@ -124,6 +203,23 @@ class Client(ABC):
             return c.read(count, timeout)
         finally:
             c.close()
+
+    @abstractmethod
+    def group_consumer(self, topic: str, group: str, *, instance_id: str | None = None, assignor: str = "range",
+                       offset_reset: str = "earliest", auto_commit: bool = False,
+                       auto_commit_interval_ms: int = 200, session_timeout_ms: int = 3000,
+                       heartbeat_interval_ms: int = 300, max_poll_interval_ms: int = 10000) -> GroupConsumer:
+        """A member of ``group`` subscribed to ``topic``. ``assignor`` is one of ``self.assignors``;
+        ``max_poll_interval_ms`` is also the rebalance timeout the member announces."""
+
+    @abstractmethod
+    def is_no_offset_error(self, exc: BaseException) -> bool:
+        """Whether ``exc`` (raised by ``GroupConsumer.poll``) is this client's error for a partition
+        without committed offset under ``auto.offset.reset=none``."""
+
+    def _check_assignor(self, assignor: str) -> None:
+        if assignor not in self.assignors:
+            raise NotImplementedError(f"{self.name} has no {assignor} assignor (it has {', '.join(self.assignors)})")
 
     @abstractmethod
     def is_message_too_large(self, cause: Any) -> bool:
@@ -289,8 +385,92 @@ class _ConfluentConsumer(Consumer):
         self._c.close()
 
 
+class _ConfluentGroupConsumer(GroupConsumer):
+    def __init__(self, bootstrap: str, topic: str, group: str, instance_id: str | None, assignor: str,
+                 offset_reset: str, auto_commit: bool, auto_commit_interval_ms: int, session_timeout_ms: int,
+                 heartbeat_interval_ms: int, max_poll_interval_ms: int) -> None:
+        import confluent_kafka
+
+        super().__init__(topic, instance_id)
+        #: errors librdkafka reported outside a record (transport errors while the broker restarts, ...)
+        self.errors: list[Any] = []
+        config: dict[str, Any] = {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "partition.assignment.strategy": assignor,
+            "auto.offset.reset": "error" if offset_reset == "none" else offset_reset,
+            "enable.auto.commit": auto_commit,
+            "auto.commit.interval.ms": auto_commit_interval_ms,
+            "session.timeout.ms": session_timeout_ms,
+            "heartbeat.interval.ms": heartbeat_interval_ms,
+            "max.poll.interval.ms": max_poll_interval_ms,
+            "fetch.wait.max.ms": 100,
+            "error_cb": self.errors.append,
+        }
+        if instance_id is not None:
+            config["group.instance.id"] = instance_id
+        self._c = confluent_kafka.Consumer(config)
+        # With callbacks that do not call (incremental_)assign themselves, the client applies the
+        # assignment change after they return.
+        self._c.subscribe([topic], on_assign=lambda _c, tps: self._event("assigned", tps),
+                          on_revoke=lambda _c, tps: self._event("revoked", tps),
+                          on_lost=lambda _c, tps: self._event("lost", tps))
+
+    def poll(self, timeout: float = 0.2, max_records: int = 500) -> list[Consumed]:
+        from confluent_kafka import TIMESTAMP_CREATE_TIME, KafkaError, KafkaException
+
+        out = []
+        for m in self._c.consume(max_records, timeout=timeout):
+            err = m.error()
+            if err is not None:
+                if err.code() == KafkaError._AUTO_OFFSET_RESET or err.fatal():
+                    raise KafkaException(err)
+                self.errors.append(err)
+                continue
+            ts_type, ts = m.timestamp()
+            out.append(Consumed(m.partition(), m.offset(), m.key(), m.value(), tuple(m.headers() or ()), ts,
+                                ts_type == TIMESTAMP_CREATE_TIME))
+        return out
+
+    def assignment(self) -> frozenset[int]:
+        return frozenset(tp.partition for tp in self._c.assignment() if tp.topic == self.topic)
+
+    def commit(self, offsets: dict[int, CommitSpec] | None = None) -> None:
+        from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+        if offsets is None:
+            try:
+                self._c.commit(asynchronous=False)
+            except KafkaException as e:
+                if e.args[0].code() != KafkaError._NO_OFFSET:  # nothing consumed since the last commit
+                    raise
+            return
+        tps = []
+        for p, spec in offsets.items():
+            offset, metadata = _commit_parts(spec)
+            tps.append(TopicPartition(self.topic, p, offset, metadata=metadata))
+        for tp in self._c.commit(offsets=tps, asynchronous=False) or ():
+            if tp.error is not None:
+                raise KafkaException(tp.error)
+
+    def committed(self, partitions: Sequence[int]) -> dict[int, Committed | None]:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        out: dict[int, Committed | None] = {}
+        for tp in self._c.committed([TopicPartition(self.topic, p) for p in partitions], timeout=15):
+            if tp.error is not None:
+                raise KafkaException(tp.error)
+            out[tp.partition] = None if tp.offset < 0 else Committed(tp.offset, tp.metadata or "")
+        return out
+
+    def close(self, leave: bool | None = None) -> None:
+        self._check_leave(leave)
+        self._c.close()
+
+
 class ConfluentClient(Client):
     name = "confluent"
+    assignors = ("range", "roundrobin", "cooperative-sticky")  # librdkafka has no eager sticky assignor
 
     def __init__(self, bootstrap: str) -> None:
         super().__init__(bootstrap)
@@ -310,6 +490,20 @@ class ConfluentClient(Client):
     def consumer(self, topic: str, partitions: Sequence[int], start: int | str = EARLIEST, *,
                  max_bytes: int | None = None) -> Consumer:
         return _ConfluentConsumer(self.bootstrap, topic, partitions, start, max_bytes)
+
+    def group_consumer(self, topic: str, group: str, *, instance_id: str | None = None, assignor: str = "range",
+                       offset_reset: str = "earliest", auto_commit: bool = False,
+                       auto_commit_interval_ms: int = 200, session_timeout_ms: int = 3000,
+                       heartbeat_interval_ms: int = 300, max_poll_interval_ms: int = 10000) -> GroupConsumer:
+        self._check_assignor(assignor)
+        return _ConfluentGroupConsumer(self.bootstrap, topic, group, instance_id, assignor, offset_reset, auto_commit,
+                                       auto_commit_interval_ms, session_timeout_ms, heartbeat_interval_ms,
+                                       max_poll_interval_ms)
+
+    def is_no_offset_error(self, exc: BaseException) -> bool:
+        from confluent_kafka import KafkaError
+
+        return self.error_code(exc) == KafkaError._AUTO_OFFSET_RESET
 
     def is_message_too_large(self, cause: Any) -> bool:
         from confluent_kafka import KafkaError
@@ -505,8 +699,87 @@ class _KafkaPythonConsumer(Consumer):
         self._c.close(autocommit=False)
 
 
+def _kafka_python_assignor(name: str) -> Any:
+    from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
+    from kafka.coordinator.assignors.range import RangePartitionAssignor
+    from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+    from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
+
+    return {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor,
+            "sticky": StickyPartitionAssignor, "cooperative-sticky": CooperativeStickyAssignor}[name]
+
+
+class _KafkaPythonGroupConsumer(GroupConsumer):
+    def __init__(self, bootstrap: str, topic: str, group: str, instance_id: str | None, assignor: str,
+                 offset_reset: str, auto_commit: bool, auto_commit_interval_ms: int, session_timeout_ms: int,
+                 heartbeat_interval_ms: int, max_poll_interval_ms: int) -> None:
+        from kafka import ConsumerRebalanceListener, KafkaConsumer
+
+        super().__init__(topic, instance_id)
+        self._auto_commit = auto_commit
+        self._c = KafkaConsumer(
+            bootstrap_servers=bootstrap,
+            group_id=group,
+            group_instance_id=instance_id,
+            partition_assignment_strategy=(_kafka_python_assignor(assignor),),
+            auto_offset_reset=offset_reset,
+            enable_auto_commit=auto_commit,
+            auto_commit_interval_ms=auto_commit_interval_ms,
+            session_timeout_ms=session_timeout_ms,
+            heartbeat_interval_ms=heartbeat_interval_ms,
+            max_poll_interval_ms=max_poll_interval_ms,
+            fetch_max_wait_ms=100,
+            request_timeout_ms=15000,
+        )
+        member = self
+
+        class Listener(ConsumerRebalanceListener):
+            def on_partitions_revoked(self, revoked: Any) -> None:
+                member._event("revoked", revoked)
+
+            def on_partitions_assigned(self, assigned: Any) -> None:
+                member._event("assigned", assigned)
+
+            def on_partitions_lost(self, lost: Any) -> None:
+                member._event("lost", lost)
+
+        self._c.subscribe([topic], listener=Listener())
+
+    def poll(self, timeout: float = 0.2, max_records: int = 500) -> list[Consumed]:
+        batches = self._c.poll(timeout_ms=int(timeout * 1000), max_records=max_records)
+        return [Consumed(m.partition, m.offset, m.key, m.value, tuple(m.headers or ()), m.timestamp,
+                         m.timestamp_type == 0)
+                for tp in sorted(batches, key=lambda tp: tp.partition) for m in batches[tp]]
+
+    def assignment(self) -> frozenset[int]:
+        return frozenset(tp.partition for tp in self._c.assignment() or () if tp.topic == self.topic)
+
+    def commit(self, offsets: dict[int, CommitSpec] | None = None) -> None:
+        from kafka import OffsetAndMetadata, TopicPartition
+
+        if offsets is None:
+            self._c.commit(timeout_ms=15000)
+            return
+        self._c.commit({TopicPartition(self.topic, p): OffsetAndMetadata(*_commit_parts(spec), -1)
+                        for p, spec in offsets.items()}, timeout_ms=15000)
+
+    def committed(self, partitions: Sequence[int]) -> dict[int, Committed | None]:
+        from kafka import TopicPartition
+
+        out: dict[int, Committed | None] = {}
+        for p in partitions:
+            got = self._c.committed(TopicPartition(self.topic, p), metadata=True, timeout_ms=15000)
+            out[p] = None if got is None or got.offset < 0 else Committed(got.offset, got.metadata or "")
+        return out
+
+    def close(self, leave: bool | None = None) -> None:
+        self._check_leave(leave)
+        self._c.close(autocommit=self._auto_commit, timeout_ms=15000)
+
+
 class KafkaPythonClient(Client):
     name = "kafka-python"
+    assignors = ASSIGNORS
     null_header_values = False  # send() refuses: "All headers items must be (str, bytes) tuples"
 
     def __init__(self, bootstrap: str) -> None:
@@ -532,6 +805,20 @@ class KafkaPythonClient(Client):
     def consumer(self, topic: str, partitions: Sequence[int], start: int | str = EARLIEST, *,
                  max_bytes: int | None = None) -> Consumer:
         return _KafkaPythonConsumer(self.bootstrap, topic, partitions, start, max_bytes)
+
+    def group_consumer(self, topic: str, group: str, *, instance_id: str | None = None, assignor: str = "range",
+                       offset_reset: str = "earliest", auto_commit: bool = False,
+                       auto_commit_interval_ms: int = 200, session_timeout_ms: int = 3000,
+                       heartbeat_interval_ms: int = 300, max_poll_interval_ms: int = 10000) -> GroupConsumer:
+        self._check_assignor(assignor)
+        return _KafkaPythonGroupConsumer(self.bootstrap, topic, group, instance_id, assignor, offset_reset,
+                                         auto_commit, auto_commit_interval_ms, session_timeout_ms,
+                                         heartbeat_interval_ms, max_poll_interval_ms)
+
+    def is_no_offset_error(self, exc: BaseException) -> bool:
+        from kafka.errors import NoOffsetForPartitionError
+
+        return isinstance(exc, NoOffsetForPartitionError)
 
     def is_message_too_large(self, cause: Any) -> bool:
         from kafka.errors import MessageSizeTooLargeError
@@ -718,19 +1005,136 @@ class _AioConsumer(Consumer):
         self._run(asyncio.wait_for(self._c.stop(), 15))
 
 
+def _aiokafka_assignor(name: str) -> Any:
+    from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+    from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+    from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
+
+    return {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor,
+            "sticky": StickyPartitionAssignor}[name]
+
+
+class _AioGroupConsumer(GroupConsumer):
+    """Lives on the client's group loop, which a thread runs all the time: heartbeats and rebalances
+    go on between polls, as they do in an asyncio application."""
+
+    def __init__(self, client: AiokafkaClient, topic: str, group: str, instance_id: str | None, assignor: str,
+                 offset_reset: str, auto_commit: bool, auto_commit_interval_ms: int, session_timeout_ms: int,
+                 heartbeat_interval_ms: int, max_poll_interval_ms: int) -> None:
+        from aiokafka import AIOKafkaConsumer
+        from aiokafka.abc import ConsumerRebalanceListener
+
+        super().__init__(topic, instance_id)
+        self._run = client.run_in_group_loop
+        self._bootstrap = client.bootstrap
+        self._group = group
+        member = self
+
+        class Listener(ConsumerRebalanceListener):
+            def on_partitions_revoked(self, revoked: Any) -> None:
+                member._event("revoked", revoked)
+
+            def on_partitions_assigned(self, assigned: Any) -> None:
+                member._event("assigned", assigned)
+
+        async def start() -> Any:
+            c = AIOKafkaConsumer(
+                bootstrap_servers=client.bootstrap, group_id=group, group_instance_id=instance_id,
+                partition_assignment_strategy=(_aiokafka_assignor(assignor),), auto_offset_reset=offset_reset,
+                enable_auto_commit=auto_commit, auto_commit_interval_ms=auto_commit_interval_ms,
+                session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=heartbeat_interval_ms,
+                max_poll_interval_ms=max_poll_interval_ms, rebalance_timeout_ms=max_poll_interval_ms,
+                fetch_max_wait_ms=100, request_timeout_ms=15000)
+            c.subscribe([topic], listener=Listener())
+            await c.start()
+            return c
+
+        self._c = self._run(start())
+
+    def poll(self, timeout: float = 0.2, max_records: int = 500) -> list[Consumed]:
+        batches = self._run(self._c.getmany(timeout_ms=int(timeout * 1000), max_records=max_records))
+        return [Consumed(m.partition, m.offset, m.key, m.value, tuple(m.headers or ()), m.timestamp,
+                         m.timestamp_type == 0)
+                for tp in sorted(batches, key=lambda tp: tp.partition) for m in batches[tp]]
+
+    def assignment(self) -> frozenset[int]:
+        async def get() -> frozenset[int]:
+            return frozenset(tp.partition for tp in self._c.assignment() if tp.topic == self.topic)
+
+        return self._run(get())
+
+    def commit(self, offsets: dict[int, CommitSpec] | None = None) -> None:
+        from aiokafka import TopicPartition
+
+        if offsets is None:
+            self._run(self._c.commit())
+            return
+        self._run(self._c.commit({TopicPartition(self.topic, p): _commit_parts(spec) for p, spec in offsets.items()}))
+
+    def committed(self, partitions: Sequence[int]) -> dict[int, Committed | None]:
+        """Offsets through ``AIOKafkaConsumer.committed``; it does not return metadata, which comes from
+        the admin client's OffsetFetch (``list_consumer_group_offsets``)."""
+        from aiokafka import TopicPartition
+        from aiokafka.admin import AIOKafkaAdminClient
+
+        tps = [TopicPartition(self.topic, p) for p in partitions]
+
+        async def fetch() -> tuple[list[int | None], dict[Any, Any]]:
+            offsets = [await self._c.committed(tp) for tp in tps]
+            admin = AIOKafkaAdminClient(bootstrap_servers=self._bootstrap, request_timeout_ms=15000)
+            await admin.start()
+            try:
+                return offsets, await admin.list_consumer_group_offsets(self._group, partitions=tps)
+            finally:
+                await admin.close()
+
+        offsets, with_metadata = self._run(fetch())
+        out: dict[int, Committed | None] = {}
+        for tp, offset in zip(tps, offsets, strict=True):
+            om = with_metadata.get(tp)
+            out[tp.partition] = None if offset is None else Committed(offset, om.metadata if om else "")
+        return out
+
+    def close(self, leave: bool | None = None) -> None:
+        self._check_leave(leave)
+        self._run(self._c.stop())
+
+
 class AiokafkaClient(Client):
     name = "aiokafka"
     incremental_alter = False  # AIOKafkaAdminClient.alter_configs sends AlterConfigs (replace-all)
+    assignors = ("range", "roundrobin", "sticky")  # no cooperative protocol in aiokafka
 
     def __init__(self, bootstrap: str) -> None:
         super().__init__(bootstrap)
         self._loop = asyncio.new_event_loop()
         self._admin: Any = None
+        self._group_loop: tuple[asyncio.AbstractEventLoop, threading.Thread] | None = None
 
     def run(self, coro: Any) -> Any:
         return self._loop.run_until_complete(asyncio.wait_for(coro, 60))
 
+    def run_in_group_loop(self, coro: Any, timeout: float = 60) -> Any:
+        """Run ``coro`` on the loop of the group consumers (a thread of its own runs it all the time)."""
+        if self._group_loop is None:
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(target=loop.run_forever, name=f"aiokafka-groups-{id(self):x}", daemon=True)
+            thread.start()
+            self._group_loop = (loop, thread)
+
+        async def bounded() -> Any:
+            return await asyncio.wait_for(coro, timeout)
+
+        return asyncio.run_coroutine_threadsafe(bounded(), self._group_loop[0]).result(timeout + 5)
+
     def close(self) -> None:
+        if self._group_loop is not None:
+            loop, thread = self._group_loop
+            self._group_loop = None
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(15)
+            if not thread.is_alive():
+                loop.close()
         if self._loop.is_closed():
             return
         if self._admin is not None:
@@ -758,6 +1162,20 @@ class AiokafkaClient(Client):
     def consumer(self, topic: str, partitions: Sequence[int], start: int | str = EARLIEST, *,
                  max_bytes: int | None = None) -> Consumer:
         return _AioConsumer(self, topic, partitions, start, max_bytes)
+
+    def group_consumer(self, topic: str, group: str, *, instance_id: str | None = None, assignor: str = "range",
+                       offset_reset: str = "earliest", auto_commit: bool = False,
+                       auto_commit_interval_ms: int = 200, session_timeout_ms: int = 3000,
+                       heartbeat_interval_ms: int = 300, max_poll_interval_ms: int = 10000) -> GroupConsumer:
+        self._check_assignor(assignor)
+        return _AioGroupConsumer(self, topic, group, instance_id, assignor, offset_reset, auto_commit,
+                                 auto_commit_interval_ms, session_timeout_ms, heartbeat_interval_ms,
+                                 max_poll_interval_ms)
+
+    def is_no_offset_error(self, exc: BaseException) -> bool:
+        from aiokafka.errors import NoOffsetForPartitionError
+
+        return isinstance(exc, NoOffsetForPartitionError)
 
     def is_message_too_large(self, cause: Any) -> bool:
         from aiokafka.errors import MessageSizeTooLargeError
@@ -860,3 +1278,66 @@ class AiokafkaClient(Client):
 def make_client(name: str, bootstrap: str) -> Client:
     cls = {"confluent": ConfluentClient, "kafka-python": KafkaPythonClient, "aiokafka": AiokafkaClient}[name]
     return cls(bootstrap)
+
+
+# =============================================================================================
+# A group member in a process of its own (for tests that kill it)
+# =============================================================================================
+
+
+def run_member(argv: Sequence[str]) -> None:
+    """``python -m tests.compat.clients member CLIENT BOOTSTRAP TOPIC GROUP [options]``: poll until
+    killed (or ``--max-seconds``), printing one JSON object a line, flushed: ``{"assigned": [...]}``
+    when the assignment changes, ``{"records": [[partition, offset], ...]}`` for each poll that
+    returned records and, with ``--commit``, ``{"committed": {partition: offset}}`` once a synchronous
+    commit of the next offsets after that poll's records has returned."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m tests.compat.clients member")
+    ap.add_argument("client", choices=CLIENTS)
+    ap.add_argument("bootstrap")
+    ap.add_argument("topic")
+    ap.add_argument("group")
+    ap.add_argument("--instance-id")
+    ap.add_argument("--assignor", default="range")
+    ap.add_argument("--offset-reset", default="earliest", choices=OFFSET_RESETS)
+    ap.add_argument("--session-timeout-ms", type=int, default=3000)
+    ap.add_argument("--commit", action="store_true", help="commit synchronously after each poll's records")
+    ap.add_argument("--max-records", type=int, default=500, help="records per poll")
+    ap.add_argument("--delay", type=float, default=0.0, help="seconds of 'processing' per poll with records")
+    ap.add_argument("--max-seconds", type=float, default=120.0)
+    args = ap.parse_args(argv)
+
+    def emit(**fields: Any) -> None:
+        sys.stdout.write(json.dumps(fields) + "\n")
+        sys.stdout.flush()
+
+    client = make_client(args.client, args.bootstrap)
+    consumer = client.group_consumer(args.topic, args.group, instance_id=args.instance_id, assignor=args.assignor,
+                                     offset_reset=args.offset_reset, session_timeout_ms=args.session_timeout_ms)
+    assigned: frozenset[int] | None = None
+    deadline = _deadline(args.max_seconds)
+    while time.monotonic() < deadline:
+        records = consumer.poll(0.2, args.max_records)
+        now = consumer.assignment()
+        if now != assigned:
+            assigned = now
+            emit(assigned=sorted(now))
+        if not records:
+            continue
+        emit(records=[[r.partition, r.offset] for r in records])
+        time.sleep(args.delay)
+        if args.commit:
+            nexts: dict[int, int] = {}
+            for r in records:
+                nexts[r.partition] = max(nexts.get(r.partition, 0), r.offset + 1)
+            consumer.commit({p: o for p, o in nexts.items()})
+            emit(committed=nexts)
+    consumer.close()
+    client.close()
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["member"]:
+        raise SystemExit("usage: python -m tests.compat.clients member CLIENT BOOTSTRAP TOPIC GROUP [options]")
+    run_member(sys.argv[2:])

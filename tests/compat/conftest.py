@@ -159,6 +159,34 @@ def own_client(request: pytest.FixtureRequest, own_broker: BrokerProcess) -> Ite
     yield from _client_fixture(request, own_broker)
 
 
+# Consumer groups that form and fail over fast: no initial rebalance delay, session timeouts down
+# to 500 ms accepted, and a small __consumer_offsets topic.
+GROUP_OVERRIDES = {
+    "group.initial.rebalance.delay.ms": "0",
+    "group.min.session.timeout.ms": "500",
+    "offsets.topic.num.partitions": "4",
+}
+
+
+@pytest.fixture(scope="session")
+def group_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A broker shared by the consumer-group tests (each uses its own topics and group ids)."""
+    with running_broker(tmp_path_factory.mktemp("group-broker"), GROUP_OVERRIDES) as b:
+        yield b
+
+
+@pytest.fixture
+def own_group_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    """A fresh broker with the consumer-group settings, for tests that restart it."""
+    with running_broker(tmp_path, GROUP_OVERRIDES) as b:
+        yield b
+
+
+@pytest.fixture(params=CLIENTS)
+def group_client(request: pytest.FixtureRequest, group_broker: BrokerProcess) -> Iterator[Client]:
+    yield from _client_fixture(request, group_broker)
+
+
 @pytest.fixture
 def topic_name(request: pytest.FixtureRequest) -> str:
     """A fresh topic name per test (readable in the broker log)."""
@@ -199,7 +227,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = outcome.get_result()
     if report.failed:
         funcargs = getattr(item, "funcargs", {})
-        for name in ("own_broker", "broker"):
+        for name in ("own_broker", "broker", "own_group_broker", "group_broker"):
             b = funcargs.get(name)
             if isinstance(b, BrokerProcess):
                 report.sections.append((f"broker log tail ({b.log_path})", b.log_tail(60)))
