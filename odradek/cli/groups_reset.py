@@ -333,14 +333,21 @@ def _commit(admin: AdminClient, args: argparse.Namespace, g: str, offsets: dict[
     except CliError as e:
         raise _commit_error(g, e) from None
     failed = [tp for tp in result.topic_partitions or [] if tp.error is not None]
+    active = next((tp.error for tp in failed if tp.error.code() in _ACTIVE_CODES), None)
+    if active is not None:
+        raise _commit_error(g, CliError(active.str(), code=active.code()))
     if failed:
         details = "; ".join(f"{tp.topic}-{tp.partition}: {tp.error.str()}" for tp in failed)
         raise CliError(f"cannot commit {len(failed)} of {len(offsets)} offsets of group '{g}': {details}",
                        "the other partitions were committed; fix the cause and run the reset again")
 
 
+_ACTIVE_CODES = (KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN_PROGRESS)
+
+
 def _commit_error(g: str, e: CliError) -> CliError:
-    if e.code in (KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN_PROGRESS):
+    """The broker refuses commits from outside a group that has members (Kafka: UNKNOWN_MEMBER_ID)."""
+    if e.code in _ACTIVE_CODES:
         return CliError(f"cannot commit the new offsets of group '{g}': the group became active ({e.message})",
                         "stop the group's consumers and run the reset again", code=e.code)
     return e

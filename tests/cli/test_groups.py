@@ -8,6 +8,7 @@ read back with a consumer's ``committed()``. Every wait is bounded.
 
 from __future__ import annotations
 
+import argparse
 import re
 import time
 import uuid
@@ -18,6 +19,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from odradek.cli import groups_reset
+from odradek.cli._client import CliError
 from odradek.cli.groups_reset import Target, parse_duration, parse_topic_specs, plan_offsets
 from tests.broker.process import BrokerProcess
 from tests.cli.test_cli import Cli
@@ -354,6 +357,10 @@ def test_reset_offsets_refused_for_active_group(cli: Cli, admin: AdminClient, gr
     assert (f"Assignments can only be reset if the group '{group}' is inactive, but the current state is Stable."
             in r.stderr)
     assert committed(group_broker.bootstrap, group, topic, 2) == {0: 3, 1: 4}
+    # the group turning active between the state check and the commit: the broker refuses the commit
+    args = argparse.Namespace(request_timeout_ms=10_000, bootstrap_server=group_broker.bootstrap)
+    with pytest.raises(CliError, match="the group became active"):
+        groups_reset._commit(admin, args, group, {(topic, 0): 1})
     c.close()
     cli.ok("groups", "reset-offsets", "--group", group, "--topic", topic, "--to-earliest", "--execute")
     assert committed(group_broker.bootstrap, group, topic, 2) == {0: 0, 1: 0}
