@@ -217,6 +217,11 @@ class Client(ABC):
         """Whether ``exc`` (raised by ``GroupConsumer.poll``) is this client's error for a partition
         without committed offset under ``auto.offset.reset=none``."""
 
+    def is_fenced_error(self, exc: BaseException) -> bool:
+        """Whether ``exc`` tells a static member that another instance with its ``group.instance.id``
+        took its place (FENCED_INSTANCE_ID)."""
+        return self.error_code(exc) == 82
+
     def _check_assignor(self, assignor: str) -> None:
         if assignor not in self.assignors:
             raise NotImplementedError(f"{self.name} has no {assignor} assignor (it has {', '.join(self.assignors)})")
@@ -430,6 +435,9 @@ class _ConfluentGroupConsumer(GroupConsumer):
             ts_type, ts = m.timestamp()
             out.append(Consumed(m.partition(), m.offset(), m.key(), m.value(), tuple(m.headers() or ()), ts,
                                 ts_type == TIMESTAMP_CREATE_TIME))
+        for err in self.errors:  # a fatal error (e.g. fenced by another instance) reaches error_cb only
+            if err.fatal() or err.code() == KafkaError._FATAL:
+                raise KafkaException(err)
         return out
 
     def assignment(self) -> frozenset[int]:
@@ -504,6 +512,13 @@ class ConfluentClient(Client):
         from confluent_kafka import KafkaError
 
         return self.error_code(exc) == KafkaError._AUTO_OFFSET_RESET
+
+    def is_fenced_error(self, exc: BaseException) -> bool:
+        from confluent_kafka import KafkaError
+
+        # librdkafka turns FENCED_INSTANCE_ID into its fatal error, naming the cause only in the text
+        code = self.error_code(exc)
+        return code == KafkaError.FENCED_INSTANCE_ID or (code == KafkaError._FATAL and "fenced" in str(exc).lower())
 
     def is_message_too_large(self, cause: Any) -> bool:
         from confluent_kafka import KafkaError

@@ -121,14 +121,19 @@ class Member:
 
     def pause(self) -> None:
         """Stop polling, so that this thread may use the consumer."""
+        self.stop_polling()
+        self.check()
+
+    def stop_polling(self) -> BaseException | None:
+        """Stop polling; the error that stopped it earlier, if one did."""
         assert self._thread is not None
         self._stop.set()
         self._thread.join(60)
         assert not self._thread.is_alive(), f"member {self.name}: poll did not return"
-        self.check()
+        return self.error
 
     def close(self, leave: bool | None = None) -> None:
-        self.pause()
+        self.stop_polling()
         self.closed = True
         self.consumer.close(leave)
 
@@ -320,6 +325,8 @@ def test_killed_member_loses_its_partitions_after_the_session_timeout(
     took = wait_until(lambda: survivor.assignment == frozenset(range(4)), SESSION + JOIN_TIMEOUT,
                       lambda: f"the killed member's partitions were not reassigned: {survivor}", [survivor])
     assert ("revoked", survivor_had) in survivor.events[mark:], f"range is eager: a rebalance revokes all: {survivor}"
+    # Its last heartbeat was at most a heartbeat interval (300 ms) before the kill.
+    assert took > SESSION - 1, f"partitions reassigned {took:.1f}s after the kill, session timeout {SESSION}s"
     acks = client.produce(topic, spread(40, 4, "after-kill"))
     expected = {(a.partition, a.offset) for a in acks}
     wait_until(lambda: expected <= keys(survivor.records), READ_TIMEOUT,
@@ -402,19 +409,24 @@ def test_committed_offsets_survive_a_broker_restart(client_name: str, own_group_
 # -- static membership ---------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("restarting", ["follower", "leader"])
 def test_static_member_restarts_without_a_rebalance(group_client: Client, group_broker: BrokerProcess,
-                                                    started: list[Member | ChildMember], topic_name: str) -> None:
+                                                    started: list[Member | ChildMember], topic_name: str,
+                                                    restarting: str) -> None:
+    """The leader's case is the delicate one: its JoinGroup names it leader again, and what it then
+    assigns in SyncGroup must not change the stable group's assignment."""
     client, topic = group_client, topic_name
     create_topic(group_broker, topic, partitions=4)
-    a = start(started, client, topic, topic, "a", instance_id=f"{topic}-a")
-    wait_until(lambda: a.assignment == frozenset(range(4)), JOIN_TIMEOUT, lambda: f"{a}", [a])
-    b = start(started, client, topic, topic, "b", instance_id=f"{topic}-b")  # not the leader
-    wait_until(lambda: split([a, b], 4), JOIN_TIMEOUT, lambda: f"{a} {b}", [a, b])
+    leader = start(started, client, topic, topic, "leader", instance_id=f"{topic}-leader")
+    wait_until(lambda: leader.assignment == frozenset(range(4)), JOIN_TIMEOUT, lambda: f"{leader}", [leader])
+    follower = start(started, client, topic, topic, "follower", instance_id=f"{topic}-follower")
+    wait_until(lambda: split([leader, follower], 4), JOIN_TIMEOUT, lambda: f"{leader} {follower}", [leader, follower])
+    a, b = (leader, follower) if restarting == "follower" else (follower, leader)
     a_events, a_had, b_had = a.events, a.assignment, b.assignment
 
     b.close(leave=False)  # a static member never sends LeaveGroup
     restarted = time.monotonic()
-    b2 = start(started, client, topic, topic, "b-again", instance_id=f"{topic}-b")
+    b2 = start(started, client, topic, topic, f"{b.name}-again", instance_id=f"{topic}-{b.name}")
     wait_until(lambda: b2.assignment == b_had, JOIN_TIMEOUT,
                lambda: f"the restarted static member did not get its partitions back: {b2}, before {sorted(b_had)}",
                [a, b2])
@@ -430,6 +442,38 @@ def test_static_member_restarts_without_a_rebalance(group_client: Client, group_
     expected = {(k.partition, k.offset) for k in acks}
     wait_until(lambda: keys(a.records) | keys(b2.records) >= expected, READ_TIMEOUT, lambda: f"{a} {b2}", [a, b2])
     assert {p for p, _ in keys(b2.records)} == b_had
+
+
+def test_second_instance_with_the_same_instance_id_fences_the_first(
+        group_client: Client, group_broker: BrokerProcess, started: list[Member | ChildMember],
+        topic_name: str) -> None:
+    client, topic = group_client, topic_name
+    if client.name == "aiokafka":
+        pytest.skip("aiokafka rejoins on FENCED_INSTANCE_ID instead of failing, so two live instances with one "
+                    "group.instance.id take the partitions from each other in turn")
+    create_topic(group_broker, topic, partitions=4)
+    other = start(started, client, topic, topic, "other", instance_id=f"{topic}-other")
+    wait_until(lambda: other.assignment == frozenset(range(4)), JOIN_TIMEOUT, lambda: f"{other}", [other])
+    first = start(started, client, topic, topic, "first", instance_id=f"{topic}-twin")
+    wait_until(lambda: split([other, first], 4), JOIN_TIMEOUT, lambda: f"{other} {first}", [other, first])
+    other_events, other_had, first_had = other.events, other.assignment, first.assignment
+
+    second = start(started, client, topic, topic, "second", instance_id=f"{topic}-twin")  # the first still runs
+    wait_until(lambda: second.assignment == first_had, JOIN_TIMEOUT,
+               lambda: f"the second instance did not take the first one's partitions: {first} {second}",
+               [other, second])
+    # The first instance's next heartbeat is fenced: librdkafka makes that a fatal error of its poll.
+    with contextlib.suppress(AssertionError):
+        wait_until(lambda: first.error is not None, 2, lambda: "")
+    error = first.stop_polling()
+    if error is None:
+        try:
+            first.consumer.commit(dict.fromkeys(first_had, 0))  # kafka-python: its next commit fails
+        except Exception as e:
+            error = e
+    assert error is not None, f"the fenced instance was told nothing: {first}"
+    assert client.is_fenced_error(error), f"not FENCED_INSTANCE_ID: {error!r}"
+    assert other.events == other_events and other.assignment == other_had, f"the other member saw a rebalance: {other}"
 
 
 # -- cooperative-sticky --------------------------------------------------------------------------------
@@ -492,6 +536,35 @@ def test_at_least_once_with_manual_commits_across_a_consumer_crash(
         assert committed <= begin <= max(read_before, default=-1) + 1, \
             f"partition {p}: restarted at {begin}, last commit {committed}, read up to {max(read_before, default=-1)}"
         assert mine == list(range(begin, per_partition)), f"partition {p}: restarted consumer skipped records"
+
+
+# -- automatic commits ---------------------------------------------------------------------------------
+
+
+def test_auto_commit_resumes_where_the_last_member_left(group_client: Client, group_broker: BrokerProcess,
+                                                         topic_name: str) -> None:
+    client, topic = group_client, topic_name
+    create_topic(group_broker, topic, partitions=2)
+    client.produce(topic, spread(20, 2, "auto"))  # offsets 0..9 in each partition
+    c = client.group_consumer(topic, topic, auto_commit=True, auto_commit_interval_ms=200,
+                              session_timeout_ms=SESSION_MS)
+    try:
+        got = poll_until(c, lambda got: len(got) >= 20, JOIN_TIMEOUT + READ_TIMEOUT, lambda got: f"read {len(got)}")
+        assert len(got) == 20
+        everything = {0: Committed(10, ""), 1: Committed(10, "")}
+        poll_until(c, lambda _: c.committed([0, 1]) == everything, 10,
+                   lambda _: f"auto commit did not reach the positions: {c.committed([0, 1])}")
+    finally:
+        c.close()
+    new = {(a.partition, a.offset) for a in client.produce(topic, spread(6, 2, "more"))}
+    c = client.group_consumer(topic, topic, offset_reset="none", session_timeout_ms=SESSION_MS)
+    try:
+        got = poll_until(c, lambda got: len(got) >= 6, JOIN_TIMEOUT + READ_TIMEOUT,
+                         lambda got: f"read {sorted(keys(got))}")
+        got += c.poll(0.3)
+        assert keys(got) == new
+    finally:
+        c.close()
 
 
 # -- auto.offset.reset ---------------------------------------------------------------------------------
