@@ -327,3 +327,17 @@ def test_describe_and_list() -> None:
     assert h.coord.describe("missing")["group_state"] == "Dead"
     assert [g["group_id"] for g in h.coord.list_groups()] == ["g", "s"]
     assert [g["group_id"] for g in h.coord.list_groups({"empty"})] == ["s"]
+
+
+def test_a_restarted_static_leader_of_an_old_client_syncs_as_a_follower_without_rebalance() -> None:
+    h = Harness()
+    lead = h.reply(h.join("g", client="s", instance="i-1", version=5))
+    old = lead["member_id"]
+    plan = assignment(("t", (0, 1)))
+    h.sync("g", old, lead["generation_id"], [(old, plan)], instance="i-1")
+    again = h.reply(h.join("g", client="s", instance="i-1", version=5))
+    assert again["error_code"] == E.NONE and again["generation_id"] == lead["generation_id"]
+    assert again["leader"] == old and again["members"] == [] and not again["skip_assignment"]
+    assert h.coord.groups["g"].state is S.STABLE and h.coord.groups["g"].leader == again["member_id"]
+    s = h.reply(h.sync("g", again["member_id"], again["generation_id"], instance="i-1"))
+    assert s["assignment"] == plan

@@ -14,8 +14,8 @@ Follows Kafka's classic group coordinator (states in ``model.py``):
 - A heartbeat keeps a member for ``session.timeout.ms``; expiry removes it and rebalances. Members
   waiting in JoinGroup or SyncGroup are kept alive.
 - Static members (``group.instance.id``) rejoining with a new member id take over their old id and
-  assignment without a rebalance when the group is Stable and their protocols are unchanged; the old
-  member id is fenced (FENCED_INSTANCE_ID).
+  assignment without a rebalance when the group is Stable and their protocols are unchanged, the
+  leader included; the old member id is fenced (FENCED_INSTANCE_ID).
 - A malformed assignment from the leader fails that generation only: waiting members get
   REBALANCE_IN_PROGRESS and rejoin.
 
@@ -141,11 +141,17 @@ class Membership(CoordinatorState):
         session, rebalance, _, protocols = args
         unchanged = member.same_protocols(protocols)
         member.session_timeout_ms, member.rebalance_timeout_ms = session, rebalance
-        if not group.is_(GroupState.STABLE) or not unchanged or (was_leader and not supports_skip_assignment):
+        if not group.is_(GroupState.STABLE) or not unchanged:
             return fx.add(self._update_member(ticket, group, member, args, now))
-        # Stable and unchanged: persist the new member id, then answer with the current generation.
+        # Stable and unchanged: persist the new member id, then answer with the current generation. A
+        # restarted leader keeps the assignment: from v9 it is told to skip assigning; before v9 (no such
+        # field) it is named by its old id as the leader, so it acts as a follower and syncs (as Kafka does).
         self.schedule_heartbeat(group, member, now)
-        response = self._join_response(group, member, skip_assignment=was_leader)
+        if was_leader and not supports_skip_assignment:
+            response = self._join_response(group, member, skip_assignment=False)
+            response.update(leader=old_id, members=[])
+        else:
+            response = self._join_response(group, member, skip_assignment=was_leader)
 
         def undo(error: ErrorCode) -> list[tuple[Ticket, Any]]:
             if group.static_members.get(instance_id) == new_id:
