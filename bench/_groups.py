@@ -54,6 +54,7 @@ class GroupBroker(Broker):
     """A :class:`bench._kafka.Broker` whose Odradek is started with ``--override`` settings."""
 
     overrides: list[str] = field(default_factory=list)
+    python_args: list[str] = field(default_factory=list)  # e.g. ["-m", "cProfile", "-o", FILE]
 
     def start(self, timeout: float = 30) -> GroupBroker:
         if self.kind != "odradek":
@@ -63,8 +64,8 @@ class GroupBroker(Broker):
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}.odradek.log"
         extra = [arg for kv in self.overrides for arg in ("--override", kv)]
-        argv = [sys.executable, "-m", "odradek.cli.main", "--log-level", "WARNING", "serve", "--port",
-                str(self.port), "--data-dir", str(self.data_dir / "data"), *extra]
+        argv = [sys.executable, *self.python_args, "-m", "odradek.cli.main", "--log-level", "WARNING", "serve",
+                "--port", str(self.port), "--data-dir", str(self.data_dir / "data"), *extra]
         env = dict(os.environ, PYTHONPATH=str(REPO), **self.env)
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO), env=env,

@@ -6,7 +6,8 @@ Run (from the repository root)::
     python -m bench.group_rebalance                    # full (~20 min once the machine is free)
     python -m bench.group_rebalance --quick            # smoke test (~2 min, figures unreliable)
     python -m bench.group_rebalance --broker tansu     # one broker only (--broker odradek|tansu|both)
-    python -m bench.group_rebalance --profile          # py-spy profiles of Odradek under the commit loads
+    python -m bench.group_rebalance --profile cprofile # where Odradek's time goes under the commit loads
+    python -m bench.group_rebalance --profile py-spy   # the same with py-spy (biased on 2 cores: see docs)
 
 Brokers, each on 127.0.0.1 with one topic of 100 partitions (``--partitions``):
 
@@ -422,8 +423,8 @@ def main() -> None:
     ap.add_argument("--max-seconds", type=float, default=120.0, help="bound of any one wait for a stable group")
     ap.add_argument("--wait", type=float, help="wait up to this many s for pytest/benchmarks to end and an idle "
                     "machine (default 1200, quick 0)")
-    ap.add_argument("--profile", action="store_true",
-                    help="only py-spy profiles of Odradek under the commit loads (files in bench/out/)")
+    ap.add_argument("--profile", choices=["cprofile", "py-spy"],
+                    help="only profiles of Odradek under the commit loads (files in bench/out/)")
     ap.add_argument("--tmp", type=Path, default=DEFAULT_TMP_ROOT, help="scratch root (deleted after)")
     a = ap.parse_args()
     a.repeats = a.repeats or (1 if a.quick else 5)
@@ -479,8 +480,11 @@ def main() -> None:
             if guarded(kind, failed, up) is not None:
                 brokers[kind] = b
 
-        if a.profile:
+        if a.profile == "py-spy":
             profile_commits(a, brokers, batches, scratch)
+            return
+        if a.profile == "cprofile":
+            cprofile_commits(a, batches, scratch)
             return
 
         def live() -> list[str]:
@@ -555,6 +559,44 @@ def profile_commits(a: argparse.Namespace, brokers: dict[str, GroupBroker], batc
         r = commit_run(brokers["odradek"], mode, 1 if mode == "sync" else a.async_consumers, batch, a, scratch, out)
         print(f"\n{mode} commits, {r.batch} partition(s) each: {r.rate:,.0f}/s under py-spy, broker "
               f"{r.broker_cores:.2f} cores; {out}\n{r.profile}", flush=True)
+
+
+def cprofile_commits(a: argparse.Namespace, batches: list[int], scratch: Path, top: int = 14) -> None:
+    """A fresh Odradek under cProfile for each commit load (cProfile slows Python calls, so the
+    shares, not the rates, are the point): where the event loop's time goes per commit."""
+    import pstats
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for mode, batch in itertools.product(("sync", "async"), batches):
+        out = OUT / f"cprofile-groups-{stamp}-{mode}-{batch}.prof"
+        b = GroupBroker("odradek", scratch / f"cprofile-{mode}-{batch}", overrides=ODRADEK_OVERRIDES,
+                        python_args=["-m", "cProfile", "-o", str(out)])
+        with b:
+            b.create_topic(TOPIC, a.partitions)
+            r = commit_run(b, mode, 1 if mode == "sync" else a.async_consumers, batch, a, scratch)
+        st = pstats.Stats(str(out))
+        rows = st.stats  # type: ignore[attr-defined]
+        idle = sum(v[2] for k, v in rows.items() if "'poll' of 'select.epoll'" in k[2])
+        busy = sum(v[2] for v in rows.values()) - idle  # main thread (the event loop) not waiting in epoll
+
+        def name(k: tuple[str, int, str]) -> str:
+            return f"{k[2]} ({Path(k[0]).parent.name}/{Path(k[0]).name}:{k[1]})"
+
+        load = sum(v[3] for k, v in rows.items() if k[2] == "handle_offset_commit")
+        print(f"\n{mode} commits, {r.batch} partition(s) each: {r.calls:,} commits, {r.rate:,.0f}/s under cProfile; "
+              f"event loop busy {busy:.2f} s over the broker's life (start-up and group joins included), "
+              f"handle_offset_commit {load:.2f} s = {load / max(1, r.calls) * 1e6:.0f} µs per commit; {out}")
+        print("  self time (tottime), share of the busy time:")
+        own = [(k, v) for k, v in sorted(rows.items(), key=lambda kv: -kv[1][2]) if "'poll' of" not in k[2]]
+        for k, v in own[:top]:
+            print(f"    {v[2] / busy:6.1%}  {name(k)}")
+        print("  inclusive (cumtime), share of the busy time:")
+        skip = re.compile(r"run_forever|_run_once|_run \(|<module>|run \(|main \(|_serve|runctx|exec|run_module|"
+                          r"_run_code|run_until_complete|'run' of|select|poll")
+        inc = [(k, v) for k, v in sorted(rows.items(), key=lambda kv: -kv[1][3]) if not skip.search(name(k))]
+        for k, v in inc[:top]:
+            print(f"    {v[3] / busy:6.1%}  {name(k)}")
 
 
 def report(a: argparse.Namespace, kinds: list[str], profiles: list[str], assignors: list[str], batches: list[int],
