@@ -15,8 +15,8 @@ Brokers, each on 127.0.0.1 with one topic of 100 partitions (``--partitions``):
   ``--override group.initial.rebalance.delay.ms=0``: Kafka's default of 3000 ms holds the first
   rebalance of a new group for 3 s to gather its members, which would be the whole figure.
 - **Tansu** (``bench/_kafka.py`` fetches it): ``memory://`` storage. It has no such setting: it
-  answers the JoinGroup of a new group after half the session timeout (observed: 22.5 s with
-  librdkafka's default session.timeout.ms of 45 s, 3 s with 6 s).
+  answers the JoinGroup of a new group after about half the session timeout (observed: 23-24 s
+  with librdkafka's default session.timeout.ms of 45 s, 3-4 s with 6 s).
 
 Clients are confluent-kafka consumers (librdkafka), **one child process per member**
 (``bench/_groups.py``), so that every member is a separate client as in a deployment and the
