@@ -184,7 +184,7 @@ def wait_stable(members: Members, cov: Coverage, idxs: list[int], quiet: float, 
         if time.monotonic() >= give_up:
             counts = [len(held.get(m, [])) for m in idxs]
             flat = [p for m in idxs for p in held.get(m, [])]
-            raise NotStable(f"not stable within {timeout:.0f} s: partitions held per member {counts}, "
+            raise NotStable(f"not stable within {timeout:g} s: partitions held per member {counts}, "
                             f"{len(set(flat))} of {cov.partitions} held, {len(flat) - len(set(flat))} twice; "
                             f"client errors: {cov.errors[:3]}")
 
@@ -388,12 +388,14 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     sys.stdout.flush()
 
 
-def guarded(kind: str, failed: dict[str, str], fn: Callable[[], Any]) -> Any:
+def guarded(kind: str, failed: dict[str, str], fn: Callable[[], Any], log_tail: Callable[[], str] = str) -> Any:
     """Run ``fn``; on failure mark broker ``kind`` failed (it is skipped from then on) and say why."""
     try:
         return fn()
     except Exception as e:  # the broker is skipped with its reason
-        failed[kind] = f"{type(e).__name__}: {e}"
+        tail = log_tail()
+        failed[kind] = f"{type(e).__name__}: {e}" + (f"\n--- {kind} log (tail) ---\n{tail}" if tail.strip() and
+                                                     "log (tail)" not in str(e) else "")
         print(f"# {kind} FAILED, skipping it from now on: {failed[kind][:3000]}", flush=True)
         return None
 
@@ -473,6 +475,9 @@ def main() -> None:
                 b.create_topic(TOPIC, a.partitions)
                 t = time.monotonic()  # warm-up: first group (creates __consumer_offsets where there is one)
                 w = rebalance_trial(b, "range", profiles_all["short"], 1, a.partitions, a.max_seconds, scratch)
+                if w.notes:
+                    raise RuntimeError(f"warm-up group (1 member, then 2) not stable: {'; '.join(w.notes)}"
+                                       f"\n--- {b.kind} log (tail) ---\n{b.log_tail(2000)}")
                 print(f"# {b.kind}: up on {b.bootstrap}; warm-up group of 1 (+1) took {time.monotonic() - t:.1f} s "
                       f"(joins {w.join_s:.2f} s / {w.extra_s:.2f} s; checks: {', '.join(w.checks)})", flush=True)
                 return b
@@ -490,7 +495,7 @@ def main() -> None:
         def live() -> list[str]:
             return [k for k in kinds if k in brokers and k not in failed]
 
-        if "rebalance" in phases:
+        if "rebalance" in phases and live():
             raw_floor.append(rpc_sync(5000, 2.0))
             print(f"# rebalance: {a.members} members + 1, {a.partitions} partitions, {a.repeats} repeat(s) "
                   f"({a.repeats_defaults} with librdkafka's defaults)", flush=True)
@@ -505,7 +510,7 @@ def main() -> None:
                             return rebalance_trial(brokers[kind], assignor, profiles_all[prof], a.members,
                                                    a.partitions, a.max_seconds, scratch)
 
-                        tr = guarded(kind, failed, one)
+                        tr = guarded(kind, failed, one, brokers[kind].log_tail)
                         if tr is None:
                             continue
                         done.append(tr)
@@ -514,7 +519,7 @@ def main() -> None:
                               f"({tr.join_rounds} assignment(s), subscribes spread {tr.spread_s * 1e3:.1f} ms)   "
                               f"+1 join: {secs(tr.extra_s)} ({tr.extra_rounds})"
                               f"{'   ' + '; '.join(notes) if notes else ''}", flush=True)
-        if "commits" in phases:
+        if "commits" in phases and live():
             print(f"# commits: {a.rounds} round(s) of {a.commit_seconds:g} s", flush=True)
             for rnd in range(a.rounds):
                 raw_sync.append(rpc_sync(a.commit_count, a.commit_seconds))
@@ -529,7 +534,7 @@ def main() -> None:
                     def crun(kind: str = kind, mode: str = mode, n: int = n, batch: int = batch) -> CommitRun:
                         return commit_run(brokers[kind], mode, n, batch, a, scratch)
 
-                    r = guarded(kind, failed, crun)
+                    r = guarded(kind, failed, crun, brokers[kind].log_tail)
                     if r is None:
                         continue
                     commits.setdefault((kind, mode, batch), []).append(r)
@@ -607,8 +612,9 @@ def report(a: argparse.Namespace, kinds: list[str], profiles: list[str], assigno
     floor_rtt = median([percentile(r.lat, 50) for r in raw_floor]) if raw_floor else float("nan")
     rtt = median([percentile(r.lat, 50) for r in raw_sync]) if raw_sync else float("nan")
     if trials:
-        print(f"\nRebalance: seconds until the group is stable, median (range) of {a.repeats} trials "
-              f"({a.repeats_defaults} with the defaults); Odradek/Tansu < 1 means Odradek is faster")
+        with_defaults = f" ({a.repeats_defaults} with the defaults)" if "defaults" in profiles else ""
+        print(f"\nRebalance: seconds until the group is stable, median (range) of {a.repeats} trials{with_defaults}; "
+              f"Odradek/Tansu < 1 means Odradek is faster")
         rows = []
         for prof, assignor in itertools.product(profiles, assignors):
             for what, pick, rounds in (
