@@ -152,6 +152,8 @@ class GroupRuntime:
     def apply(self, fx: Effects) -> None:
         for warning in fx.warnings:
             log.warning("%s", warning)
+        for note in fx.notes:
+            log.info("%s", note)
         for write in fx.writes:
             self._write(write)
         self._deliver(fx.replies)

@@ -36,12 +36,14 @@ class Write:
 class Effects:
     replies: list[Reply] = field(default_factory=list)
     writes: list[Write] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)  # worth a line in the broker's log
+    warnings: list[str] = field(default_factory=list)  # worth a WARNING line in the broker's log
+    notes: list[str] = field(default_factory=list)  # routine housekeeping, logged at INFO
 
     def add(self, other: Effects) -> Effects:
         self.replies.extend(other.replies)
         self.writes.extend(other.writes)
         self.warnings.extend(other.warnings)
+        self.notes.extend(other.notes)
         return self
 
     def reply(self, ticket: Ticket | None, payload: Any) -> Effects:

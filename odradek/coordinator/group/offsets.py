@@ -163,7 +163,7 @@ class OffsetOps(CoordinatorState):
         fx = Effects(writes=[Write(part, recs) for part, recs in sorted(by_partition.items()) if recs])
         count = sum(len(w.records) for w in fx.writes)
         if count:
-            fx.warnings.append(f"offsets retention: removing {count} expired offsets and empty groups")
+            fx.notes.append(f"offsets retention: removing {count} expired offsets and empty groups")
         return fx
 
     def _offset_expired(self, group: Group, tp: TopicPartition, entry: OffsetEntry, retention: int, now: int) -> bool:
