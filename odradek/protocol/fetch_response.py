@@ -23,6 +23,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from odradek.protocol.frame import write_array_len, write_uvarint
+
 
 class Region(Protocol):
     @property
@@ -54,20 +56,6 @@ _PART_FIXED_V4 = struct.Struct(">ihqq")
 _ABORTED = struct.Struct(">qq")
 
 
-def _uvarint(out: bytearray, n: int) -> None:
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-
-
-def _array_len(out: bytearray, n: int, flexible: bool) -> None:
-    if flexible:
-        _uvarint(out, n + 1)
-    else:
-        out += _I32.pack(n)
-
-
 def encode(
     version: int, topics: list[TopicData], *, error_code: int = 0, session_id: int = 0, throttle_ms: int = 0
 ) -> list[Any]:
@@ -79,18 +67,18 @@ def encode(
     if version >= 7:
         out += _I16.pack(error_code)
         out += _I32.pack(session_id)
-    _array_len(out, len(topics), flexible)
+    write_array_len(out, len(topics), flexible)
     for t in topics:
         if version >= 13:
             out += t.topic_id.bytes
         else:
             name = t.name.encode()
             if flexible:
-                _uvarint(out, len(name) + 1)
+                write_uvarint(out, len(name) + 1)
             else:
                 out += _I16.pack(len(name))
             out += name
-        _array_len(out, len(t.partitions), flexible)
+        write_array_len(out, len(t.partitions), flexible)
         for p in t.partitions:
             if version >= 5:
                 out += _PART_FIXED.pack(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset,
@@ -101,7 +89,7 @@ def encode(
             if aborted is None:
                 out += b"\x00" if flexible else _I32.pack(-1)
             else:
-                _array_len(out, len(aborted), flexible)
+                write_array_len(out, len(aborted), flexible)
                 for producer_id, first_offset in aborted:
                     out += _ABORTED.pack(producer_id, first_offset)
                     if flexible:
@@ -114,7 +102,7 @@ def encode(
             else:
                 size = len(records) if isinstance(records, bytes | bytearray) else records.length
             if flexible:
-                _uvarint(out, size + 1)
+                write_uvarint(out, size + 1)
             else:
                 out += _I32.pack(size)
             if size:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 SIZE = struct.Struct(">i")
 _HEADER_FIXED = struct.Struct(">hhi")
 _I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
 _RESPONSE_HEADER = struct.Struct(">ii")
 
 
@@ -106,6 +107,37 @@ def read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
             raise FrameError("unsigned varint is longer than 5 bytes")
 
 
+
+
+# -- writing response bodies laid out by hand (Produce, Fetch, OffsetCommit) ------------------------
+
+
+def write_uvarint(out: bytearray, n: int) -> None:
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+
+
+def write_array_len(out: bytearray, n: int, flexible: bool) -> None:
+    """An array's length: compact (n + 1 as a varint) in flexible versions, else int32."""
+    if flexible:
+        write_uvarint(out, n + 1)
+    else:
+        out += _I32.pack(n)
+
+
+def write_string(out: bytearray, s: str | None, flexible: bool, *, nullable: bool = False) -> None:
+    if s is None:
+        assert nullable
+        out += b"\x00" if flexible else _I16.pack(-1)
+        return
+    raw = s.encode()
+    if flexible:
+        write_uvarint(out, len(raw) + 1)
+    else:
+        out += _I16.pack(len(raw))
+    out += raw
 
 
 def response_prefix(correlation_id: int, body_size: int, *, flexible_header: bool) -> bytes:

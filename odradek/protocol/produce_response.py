@@ -18,6 +18,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from odradek.protocol.frame import write_array_len, write_string
+
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _PART = struct.Struct(">ihqq")
@@ -34,46 +36,20 @@ class PartitionResult:
     error_message: str | None = None
 
 
-def _uvarint(out: bytearray, n: int) -> None:
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-
-
-def _string(out: bytearray, s: str | None, flexible: bool, nullable: bool) -> None:
-    if s is None:
-        assert nullable
-        out += b"\x00" if flexible else _I16.pack(-1)
-        return
-    raw = s.encode()
-    if flexible:
-        _uvarint(out, len(raw) + 1)
-    else:
-        out += _I16.pack(len(raw))
-    out += raw
-
-
 def encode(version: int, topics: list[tuple[str, list[PartitionResult]]], *, throttle_ms: int = 0) -> bytes:
     flexible = version >= 9
     out = bytearray()
-    if flexible:
-        _uvarint(out, len(topics) + 1)
-    else:
-        out += _I32.pack(len(topics))
+    write_array_len(out, len(topics), flexible)
     for name, parts in topics:
-        _string(out, name, flexible, nullable=False)
-        if flexible:
-            _uvarint(out, len(parts) + 1)
-        else:
-            out += _I32.pack(len(parts))
+        write_string(out, name, flexible)
+        write_array_len(out, len(parts), flexible)
         for p in parts:
             out += _PART.pack(p.index, p.error_code, p.base_offset, p.log_append_time)
             if version >= 5:
                 out += _I64.pack(p.log_start_offset)
             if version >= 8:
                 out += b"\x01" if flexible else _I32.pack(0)  # record_errors: empty
-                _string(out, p.error_message, flexible, nullable=True)
+                write_string(out, p.error_message, flexible, nullable=True)
             if flexible:
                 out.append(0)
         if flexible:

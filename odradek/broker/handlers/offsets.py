@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from odradek.broker.context import RequestContext
+from odradek.broker.context import RawResponse, RequestContext
 from odradek.coordinator.group.model import OffsetEntry
+from odradek.protocol import offset_commit_response
 from odradek.protocol.entities import millis
 from odradek.protocol.errors import ErrorCode
 
@@ -25,7 +26,7 @@ def _grouped(results: dict[tuple[str, int], ErrorCode]) -> list[dict[str, Any]]:
     return [{"name": name, "partitions": parts} for name, parts in topics.items()]
 
 
-async def handle_offset_commit(ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle_offset_commit(ctx: RequestContext, request: Any) -> RawResponse:
     b = ctx.broker
     offsets = [(t.name, p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", -1),
                 p.committed_metadata) for t in request.topics for p in t.partitions]
@@ -39,7 +40,7 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> dict[str, A
         ticket, group_id=request.group_id, generation_id=request.generation_id_or_member_epoch,
         member_id=request.member_id, group_instance_id=getattr(request, "group_instance_id", None),
         offsets=offsets, retention_ms=retention, partition_exists=exists, now=now))
-    return {"throttle_time": 0, "topics": _grouped(results)}
+    return RawResponse([offset_commit_response.encode(ctx.version, results)])
 
 
 def _fetch_group(ctx: RequestContext, group_id: str, topics: Any) -> tuple[ErrorCode, list[dict[str, Any]]]:

@@ -331,8 +331,27 @@ class _Writer:
 # -- keys ---------------------------------------------------------------------------------------------
 
 
+_OFFSET_KEY_PREFIX = struct.pack(">h", 1)
+_I32 = struct.Struct(">i")
+_OFFSET_V3_HEAD = struct.Struct(">hqi")  # version, offset, leader epoch
+_I64 = struct.Struct(">q")
+
+
+def _str16(value: str, name: str) -> bytes:
+    raw = value.encode()
+    if len(raw) > 0x7FFF:
+        raise CoordinatorRecordError(f"{name} is {len(raw)} bytes long; at most 32767 fit")
+    return len(raw).to_bytes(2, "big") + raw
+
+
 def encode_key(key: Key) -> bytes:
     """Serialize a key: offsets as key version 1, groups as key version 2."""
+    if type(key) is OffsetKey:  # the hot path (every committed partition): one concatenation
+        try:
+            return b"".join((_OFFSET_KEY_PREFIX, _str16(key.group, "group"), _str16(key.topic, "topic"),
+                             _I32.pack(key.partition)))
+        except struct.error as e:
+            raise CoordinatorRecordError(f"partition {key.partition} does not fit an int32: {e}") from None
     w = _Writer()
     if isinstance(key, OffsetKey):
         w.i16(OFFSET_KEY_VERSION, "key version")
@@ -484,6 +503,12 @@ def encode_value(value: Value | None) -> bytes | None:
     if value is None:
         return None
     if isinstance(value, OffsetValue):
+        if value.expire_timestamp == -1 and OFFSET_VALUE_VERSION == 3:  # the hot path: struct, no writer
+            try:
+                return b"".join((_OFFSET_V3_HEAD.pack(3, value.offset, value.leader_epoch),
+                                 _str16(value.metadata, "metadata"), _I64.pack(value.commit_timestamp)))
+            except struct.error as e:
+                raise CoordinatorRecordError(f"offset value does not fit its fields: {e}") from None
         version = OFFSET_VALUE_VERSION if value.expire_timestamp == -1 else OFFSET_VALUE_VERSION_WITH_EXPIRY
         return _encode_offset_value(value, version)
     if isinstance(value, GroupValue):

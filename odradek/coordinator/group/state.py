@@ -59,11 +59,17 @@ class CoordinatorState:
         self._timers: list[tuple[int, int, str, str, str]] = []
         self._seq = itertools.count()
         self._new_member_id = new_member_id
+        self._partition_cache: dict[str, int] = {}
 
     # -- lookups ------------------------------------------------------------------------------------
 
     def partition_of(self, group_id: str) -> int:
-        return partition_for(group_id, self.num_partitions)
+        part = self._partition_cache.get(group_id)
+        if part is None:
+            if len(self._partition_cache) > 100_000:  # bounded: ids from arbitrary clients
+                self._partition_cache.clear()
+            part = self._partition_cache[group_id] = partition_for(group_id, self.num_partitions)
+        return part
 
     def unavailable(self, group_id: str | None) -> ErrorCode | None:
         """The error for any operation on ``group_id`` before looking at the group, or None."""
