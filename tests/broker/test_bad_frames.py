@@ -239,7 +239,10 @@ def test_random_bytes_never_hang_or_kill_the_broker(shared_broker: BrokerProcess
     assert_healthy(shared_broker)
 
 
-_FUZZED_APIS = [apis.PRODUCE, apis.FETCH, apis.LIST_OFFSETS, apis.METADATA, apis.API_VERSIONS]
+_FUZZED_APIS = [apis.PRODUCE, apis.FETCH, apis.LIST_OFFSETS, apis.METADATA, apis.API_VERSIONS,
+                apis.FIND_COORDINATOR, apis.JOIN_GROUP, apis.SYNC_GROUP, apis.HEARTBEAT, apis.LEAVE_GROUP,
+                apis.OFFSET_COMMIT, apis.OFFSET_FETCH, apis.DESCRIBE_GROUPS, apis.LIST_GROUPS, apis.DELETE_GROUPS,
+                apis.OFFSET_DELETE]
 
 
 @st.composite
@@ -253,7 +256,7 @@ def framed_requests(draw: st.DrawFn) -> bytes:
     return wire.frame(header + draw(st.binary(max_size=200)))
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=framed_requests())
 def test_random_bodies_never_hang_or_kill_the_broker(shared_broker: BrokerProcess, data: bytes) -> None:
     _send_and_drain(shared_broker, data)
