@@ -1,0 +1,105 @@
+"""Batch writes of a DataFrame to topics (``df.write.format("odradek")``), as Spark's Kafka sink does.
+
+Columns: ``value`` (required, binary or string), optional ``key``, ``topic``, ``partition`` and
+``headers`` (array of struct<key string, value binary>). The ``topic`` option, when given, wins over
+the column. Each task produces its rows with one confluent-kafka producer and fails if any record is
+not acknowledged, so a successful job has written every row at least once. A retried task writes
+its rows again: exactly-once needs idempotent and transactional producers (issue 6).
+
+Tasks receive Arrow record batches (``DataSourceArrowWriter``), not per-row objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.types import BinaryType, StringType, StructType
+
+_FLUSH_TIMEOUT_S = 120
+
+
+@dataclass(frozen=True)
+class Written(WriterCommitMessage):  # type: ignore[misc]
+    records: int
+
+
+def _encode(value: Any) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    raise TypeError(f"expected binary or string, got {type(value).__name__}")
+
+
+class BatchWriter(DataSourceArrowWriter):
+    def __init__(self, options: dict[str, Any], schema: StructType, overwrite: bool) -> None:
+        opts = {str(k).lower(): str(v) for k, v in options.items()}
+        self.client = {k[len("kafka."):]: v for k, v in opts.items() if k.startswith("kafka.")}
+        if "bootstrap.servers" not in self.client:
+            raise ValueError("option kafka.bootstrap.servers is required")
+        self.topic = opts.get("topic")
+        names = {f.name.lower(): f for f in schema.fields}
+        if "value" not in names:
+            raise ValueError("the DataFrame needs a value column (binary or string) to write records")
+        for col in ("key", "value"):
+            if col in names and not isinstance(names[col].dataType, BinaryType | StringType):
+                raise ValueError(f"column {col} must be binary or string, not {names[col].dataType.simpleString()}")
+        if self.topic is None and "topic" not in names:
+            raise ValueError("say where to write: the topic option, or a topic column")
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:
+        from confluent_kafka import KafkaException, Producer
+
+        failures: list[str] = []
+
+        def on_delivery(err: Any, _msg: Any) -> None:
+            if err is not None and len(failures) < 5:
+                failures.append(str(err))
+
+        producer = Producer({**self.client, "enable.idempotence": False})
+        count = 0
+        try:
+            for batch in iterator:
+                rows = batch.to_pydict()
+                n = batch.num_rows
+                values = rows["value"]
+                keys = rows.get("key", [None] * n)
+                topics = [self.topic] * n if self.topic is not None else rows["topic"]
+                partitions = rows.get("partition", [None] * n)
+                headers = rows.get("headers", [None] * n)
+                for i in range(n):
+                    topic = topics[i]
+                    if topic is None:
+                        raise ValueError("a row has no topic: set the topic option or fill the topic column")
+                    kwargs: dict[str, Any] = {"value": _encode(values[i]), "key": _encode(keys[i]),
+                                              "on_delivery": on_delivery}
+                    if partitions[i] is not None:
+                        kwargs["partition"] = partitions[i]
+                    if headers[i]:
+                        kwargs["headers"] = [(h["key"], h["value"]) for h in headers[i]]
+                    while True:
+                        try:
+                            producer.produce(topic, **kwargs)
+                            break
+                        except BufferError:  # local queue full: let deliveries drain
+                            producer.poll(0.1)
+                    count += 1
+                producer.poll(0)
+            left = producer.flush(_FLUSH_TIMEOUT_S)
+        except KafkaException as e:
+            raise RuntimeError(f"writing to the topic failed: {e}") from None
+        if left:
+            raise RuntimeError(f"{left} records were not acknowledged within {_FLUSH_TIMEOUT_S}s")
+        if failures:
+            raise RuntimeError(f"records were refused by the broker: {'; '.join(failures)}")
+        return Written(count)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        pass  # every task flushed its records before reporting success
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        pass  # records written by tasks that succeeded stay (at-least-once, as Spark's Kafka sink)
