@@ -60,6 +60,11 @@ class OdradekDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         return BatchReader(opt.parse(dict(self.options)))
 
+    def streamReader(self, schema: StructType) -> Any:
+        from odradek.spark.stream import StreamReader
+
+        return StreamReader(dict(self.options))
+
     def writer(self, schema: StructType, overwrite: bool) -> Any:
         from odradek.spark.writer import BatchWriter
 

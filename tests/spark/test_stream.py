@@ -1,0 +1,78 @@
+"""Streaming reads through Spark (local[2]): micro-batches from the checkpoint, admission control,
+new partitions, data loss, and exactly-once output into a file sink across restarts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions
+
+from tests.compat.conftest import BrokerProcess
+from tests.spark.test_batch import _produce, _topic
+
+pytestmark = pytest.mark.slow
+
+
+def _run(spark: Any, broker: BrokerProcess, topic: str, out: Path, **options: str) -> int:
+    """One Trigger.AvailableNow run into Parquet; returns how many micro-batches it took."""
+    reader = (spark.readStream.format("odradek").option("kafka.bootstrap.servers", broker.bootstrap)
+              .option("subscribe", topic).option("startingOffsets", "earliest"))
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    query = (reader.load().select("partition", "offset", "value").writeStream.format("parquet")
+             .option("path", str(out / "data")).option("checkpointLocation", str(out / "checkpoint"))
+             .trigger(availableNow=True).start())
+    assert query.awaitTermination(120), "the streaming query did not finish"
+    if query.exception() is not None:
+        raise RuntimeError(str(query.exception()))
+    return sum(1 for p in query.recentProgress if p["numInputRows"] > 0)
+
+
+def _output(spark: Any, out: Path) -> list[tuple[int, int]]:
+    return sorted((r.partition, r.offset) for r in spark.read.parquet(str(out / "data")).collect())
+
+
+def test_restarts_continue_from_the_checkpoint_without_duplicates(spark: Any, spark_broker: BrokerProcess,
+                                                                   tmp_path: Path) -> None:
+    topic = _topic(spark_broker, partitions=2)
+    _produce(spark_broker, topic, 100, partitions=2)
+    assert _run(spark, spark_broker, topic, tmp_path, maxOffsetsPerTrigger="30") == 4  # 30+30+30+10
+    assert _output(spark, tmp_path) == [(p, o) for p in range(2) for o in range(50)]
+    _produce(spark_broker, topic, 40, partitions=2, start=100)
+    _run(spark, spark_broker, topic, tmp_path, maxOffsetsPerTrigger="30")
+    assert _output(spark, tmp_path) == [(p, o) for p in range(2) for o in range(70)]
+
+
+def test_new_partitions_are_read_from_their_beginning(spark: Any, spark_broker: BrokerProcess,
+                                                      tmp_path: Path) -> None:
+    topic = _topic(spark_broker, partitions=1)
+    _produce(spark_broker, topic, 10, partitions=1)
+    _run(spark, spark_broker, topic, tmp_path)
+    admin = AdminClient({"bootstrap.servers": spark_broker.bootstrap})
+    admin.create_partitions([NewPartitions(topic, 2)])[topic].result(timeout=20)
+    _produce(spark_broker, topic, 20, partitions=2, start=10)
+    _run(spark, spark_broker, topic, tmp_path)
+    assert _output(spark, tmp_path) == [(0, o) for o in range(20)] + [(1, o) for o in range(10)]
+
+
+def test_data_removed_before_it_was_read(spark: Any, spark_broker: BrokerProcess, tmp_path: Path) -> None:
+    topic = _topic(spark_broker, partitions=1)
+    _produce(spark_broker, topic, 10, partitions=1)
+    _run(spark, spark_broker, topic, tmp_path)
+    _produce(spark_broker, topic, 30, partitions=1, start=10)
+    admin = AdminClient({"bootstrap.servers": spark_broker.bootstrap})
+    for f in admin.delete_records([TopicPartition(topic, 0, 25)]).values():
+        f.result(timeout=20)
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        _run(spark, spark_broker, topic, tmp_path)
+    _run(spark, spark_broker, topic, tmp_path, failOnDataLoss="false")
+    assert _output(spark, tmp_path) == [(0, o) for o in [*range(10), *range(25, 40)]]
+
+
+def test_streaming_options_are_checked(spark: Any, spark_broker: BrokerProcess, tmp_path: Path) -> None:
+    topic = _topic(spark_broker, partitions=1)
+    with pytest.raises(Exception, match="ending offsets are for batch queries"):
+        _run(spark, spark_broker, topic, tmp_path, endingOffsets="latest")
