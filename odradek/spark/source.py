@@ -65,6 +65,11 @@ class OdradekDataSource(DataSource):
 
         return StreamReader(dict(self.options))
 
+    def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
+        from odradek.spark.writer import StreamWriter
+
+        return StreamWriter(dict(self.options), schema, overwrite)
+
     def writer(self, schema: StructType, overwrite: bool) -> Any:
         from odradek.spark.writer import BatchWriter
 

@@ -1,10 +1,13 @@
-"""Batch writes of a DataFrame to topics (``df.write.format("odradek")``), as Spark's Kafka sink does.
+"""Writes of a DataFrame to topics: batch (``df.write.format("odradek")``) and streaming
+(``df.writeStream.format("odradek")``), as Spark's Kafka sink does.
 
 Columns: ``value`` (required, binary or string), optional ``key``, ``topic``, ``partition`` and
 ``headers`` (array of struct<key string, value binary>). The ``topic`` option, when given, wins over
 the column. Each task produces its rows with one confluent-kafka producer and fails if any record is
-not acknowledged, so a successful job has written every row at least once. A retried task writes
-its rows again: exactly-once needs idempotent and transactional producers (issue 6).
+not acknowledged, so a successful job (or micro-batch) has written every row at least once. A
+retried task, or a micro-batch replayed after a restart from the checkpoint, writes its rows again:
+like Spark's own Kafka sink this is at-least-once until the broker has idempotent and transactional
+producers (issue 6), on which an exactly-once streaming sink will be built.
 
 Tasks receive Arrow record batches (``DataSourceArrowWriter``), not per-row objects.
 """
@@ -16,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType
 
 _FLUSH_TIMEOUT_S = 120
@@ -35,8 +38,10 @@ def _encode(value: Any) -> bytes | None:
     raise TypeError(f"expected binary or string, got {type(value).__name__}")
 
 
-class BatchWriter(DataSourceArrowWriter):
-    def __init__(self, options: dict[str, Any], schema: StructType, overwrite: bool) -> None:
+class _Target:
+    """Where rows go: the client settings and the topic option, checked against the DataFrame's schema."""
+
+    def __init__(self, options: dict[str, Any], schema: StructType) -> None:
         opts = {str(k).lower(): str(v) for k, v in options.items()}
         self.client = {k[len("kafka."):]: v for k, v in opts.items() if k.startswith("kafka.")}
         if "bootstrap.servers" not in self.client:
@@ -51,7 +56,8 @@ class BatchWriter(DataSourceArrowWriter):
         if self.topic is None and "topic" not in names:
             raise ValueError("say where to write: the topic option, or a topic column")
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:
+    def produce(self, iterator: Iterator[pa.RecordBatch]) -> Written:
+        """Produce every row of ``iterator``; returns once all are acknowledged, raises if any is not."""
         from confluent_kafka import KafkaException, Producer
 
         failures: list[str] = []
@@ -98,8 +104,30 @@ class BatchWriter(DataSourceArrowWriter):
             raise RuntimeError(f"records were refused by the broker: {'; '.join(failures)}")
         return Written(count)
 
+
+class BatchWriter(DataSourceArrowWriter):
+    def __init__(self, options: dict[str, Any], schema: StructType, overwrite: bool) -> None:
+        self.target = _Target(options, schema)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:
+        return self.target.produce(iterator)
+
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         pass  # every task flushed its records before reporting success
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         pass  # records written by tasks that succeeded stay (at-least-once, as Spark's Kafka sink)
+
+
+class StreamWriter(DataSourceStreamArrowWriter):
+    def __init__(self, options: dict[str, Any], schema: StructType, overwrite: bool) -> None:
+        self.target = _Target(options, schema)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:
+        return self.target.produce(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        pass  # each task's records were acknowledged before it reported success
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        pass  # at-least-once: the micro-batch is replayed and its records written again

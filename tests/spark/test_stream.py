@@ -76,3 +76,54 @@ def test_streaming_options_are_checked(spark: Any, spark_broker: BrokerProcess, 
     topic = _topic(spark_broker, partitions=1)
     with pytest.raises(Exception, match="ending offsets are for batch queries"):
         _run(spark, spark_broker, topic, tmp_path, endingOffsets="latest")
+
+
+def test_killed_in_the_middle_of_a_batch_the_file_sink_has_each_record_once(
+        spark: Any, spark_broker: BrokerProcess, tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    topic = _topic(spark_broker, partitions=2)
+    _produce(spark_broker, topic, 400, partitions=2)
+    repo = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=str(repo))
+    cmd = [sys.executable, "-m", "tests.spark.stream_job", spark_broker.bootstrap, topic, str(tmp_path)]
+    job = subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        commits = tmp_path / "checkpoint" / "commits"
+        deadline = time.monotonic() + 120
+        # let two micro-batches commit, then kill while the next one is running
+        while time.monotonic() < deadline and len(list(commits.glob("[0-9]*")) if commits.exists() else []) < 2:
+            time.sleep(0.1)
+        assert job.poll() is None, "the streaming job ended before it could be killed"
+        offsets = tmp_path / "checkpoint" / "offsets"
+        while time.monotonic() < deadline and len(list(offsets.glob("[0-9]*"))) <= len(list(commits.glob("[0-9]*"))):
+            time.sleep(0.02)
+        time.sleep(0.2)
+        job.send_signal(signal.SIGKILL)
+        job.wait(30)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert len(list((tmp_path / "checkpoint" / "commits").glob("[0-9]*"))) < 10, "the kill came too late"
+    rerun = subprocess.run([*cmd, "available-now"], cwd=repo, env=env, capture_output=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr.decode(errors="replace")[-3000:]
+    assert _output(spark, tmp_path) == [(p, o) for p in range(2) for o in range(200)]
+
+
+def test_streaming_write_to_a_topic(spark: Any, spark_broker: BrokerProcess, tmp_path: Path) -> None:
+    source = _topic(spark_broker, partitions=2)
+    target = _topic(spark_broker, partitions=1)
+    _produce(spark_broker, source, 60, partitions=2)
+    query = (spark.readStream.format("odradek").option("kafka.bootstrap.servers", spark_broker.bootstrap)
+             .option("subscribe", source).option("startingOffsets", "earliest").load()
+             .selectExpr("key", "upper(cast(value as string)) as value").writeStream.format("odradek")
+             .option("kafka.bootstrap.servers", spark_broker.bootstrap).option("topic", target)
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start())
+    assert query.awaitTermination(120)
+    back = (spark.read.format("odradek").option("kafka.bootstrap.servers", spark_broker.bootstrap)
+            .option("subscribe", target).load().collect())
+    assert sorted(r.value for r in back) == sorted(b"V%d" % i for i in range(60))
