@@ -48,5 +48,5 @@ def spark() -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def spark_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with running_broker(tmp_path_factory.mktemp("spark-broker"), {"log.segment.bytes": str(16 * 1024)}) as b:
+    with running_broker(tmp_path_factory.mktemp("spark-broker"), {"log.segment.bytes": str(16 << 20)}) as b:
         yield b
