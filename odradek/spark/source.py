@@ -125,7 +125,11 @@ def plan_ranges(options: opt.SourceOptions) -> list[OffsetRange]:
 
 
 def read_range(part: RangePartition) -> Iterator[pa.RecordBatch]:
-    """The records of one range as Arrow batches (runs in a Spark task)."""
+    """The records of one range as Arrow batches (runs in a Spark task).
+
+    Messages are checked one by one only for errors and the range end; the columns are then built
+    with one comprehension each over the good messages, and topic and partition are constants.
+    """
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     r = part.range
@@ -135,9 +139,8 @@ def read_range(part: RangePartition) -> Iterator[pa.RecordBatch]:
     consumer = Consumer(client_config(part.client))
     try:
         consumer.assign([TopicPartition(r.topic, r.partition, r.start)])
-        cols: dict[str, list[Any]] = {name: [] for name in schema.names}
         position = r.start
-        expected = r.start
+        first = True
         idle_budget = part.poll_timeout_ms / 1000
         while position < r.end:
             messages = consumer.consume(num_messages=min(BATCH_ROWS, r.end - position), timeout=1.0)
@@ -147,6 +150,7 @@ def read_range(part: RangePartition) -> Iterator[pa.RecordBatch]:
                     raise TimeoutError(f"{r.topic}-{r.partition}: no records for {part.poll_timeout_ms} ms at offset "
                                        f"{position} (range ends at {r.end})")
                 continue
+            good = []
             for m in messages:
                 err = m.error()
                 if err is not None:
@@ -165,27 +169,30 @@ def read_range(part: RangePartition) -> Iterator[pa.RecordBatch]:
                 if off >= r.end:
                     position = r.end
                     break
-                if off > expected and part.fail_on_data_loss and expected == r.start:
-                    _lost(part, f"offset {expected} was requested but the first record is {off}")
-                expected = off + 1
+                if first:
+                    first = False
+                    if off > r.start:
+                        _lost(part, f"offset {r.start} was requested but the first record is {off}")
+                good.append(m)
                 position = off + 1
-                ts_type, ts = m.timestamp()
-                cols["key"].append(m.key())
-                cols["value"].append(m.value())
-                cols["topic"].append(r.topic)
-                cols["partition"].append(r.partition)
-                cols["offset"].append(off)
-                cols["timestamp"].append(ts * 1000)
-                cols["timestampType"].append(max(ts_type - 1, 0))
-                if part.include_headers:
-                    cols["headers"].append([{"key": k, "value": v} for k, v in (m.headers() or [])])
-            if len(cols["offset"]) >= BATCH_ROWS:
-                yield pa.RecordBatch.from_pydict(cols, schema=schema)
-                cols = {name: [] for name in schema.names}
-        if cols["offset"]:
-            yield pa.RecordBatch.from_pydict(cols, schema=schema)
+            if good:
+                yield _to_arrow(good, r, schema, part.include_headers)
     finally:
         consumer.close()
+
+
+def _to_arrow(messages: list[Any], r: OffsetRange, schema: pa.Schema, include_headers: bool) -> pa.RecordBatch:
+    n = len(messages)
+    stamps = [m.timestamp() for m in messages]
+    columns: list[Any] = [
+        [m.key() for m in messages], [m.value() for m in messages], pa.repeat(r.topic, n).cast(pa.string()),
+        pa.repeat(r.partition, n).cast(pa.int32()), [m.offset() for m in messages],
+        [ts * 1000 for _, ts in stamps], [1 if kind == 2 else 0 for kind, _ in stamps],
+    ]
+    if include_headers:
+        columns.append([[{"key": k, "value": v} for k, v in (m.headers() or [])] for m in messages])
+    arrays = [c if isinstance(c, pa.Array) else pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def _lost(part: RangePartition, what: str) -> None:

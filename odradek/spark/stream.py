@@ -80,19 +80,24 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.max_trigger_delay_ms = _duration_ms(raw.get("maxtriggerdelay", "15m"))
         self._last_trigger = time.monotonic()
         self._available_now: dict[tuple[str, int], int] | None = None
+        self._consumer: Any = None  # one metadata client for the query's lifetime (driver side)
 
     # -- the cluster ------------------------------------------------------------------------------
 
     def _watermarks(self) -> dict[tuple[str, int], tuple[int, int]]:
         from confluent_kafka import Consumer, TopicPartition
 
-        consumer = Consumer(client_config(self.options.client))
-        try:
-            metadata = consumer.list_topics(timeout=30)
-            tps = topic_partitions(metadata, self.options.subscription)
-            return {tp: consumer.get_watermark_offsets(TopicPartition(*tp), timeout=30, cached=False) for tp in tps}
-        finally:
-            consumer.close()
+        if self._consumer is None:
+            self._consumer = Consumer(client_config(self.options.client))
+        consumer = self._consumer
+        metadata = consumer.list_topics(timeout=30)
+        tps = topic_partitions(metadata, self.options.subscription)
+        return {tp: consumer.get_watermark_offsets(TopicPartition(*tp), timeout=30, cached=False) for tp in tps}
+
+    def stop(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
 
     # -- offsets ----------------------------------------------------------------------------------
 
