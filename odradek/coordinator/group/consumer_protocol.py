@@ -27,9 +27,9 @@ Invariants:
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
-from typing import NoReturn
+
+from odradek.coordinator.group.schema_io import SchemaReader, SchemaWriter
 
 __all__ = [
     "Assignment",
@@ -45,8 +45,6 @@ __all__ = [
 HIGHEST_SUBSCRIPTION_VERSION = 3
 HIGHEST_ASSIGNMENT_VERSION = 3
 
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
 
 TopicPartitions = tuple[tuple[str, tuple[int, ...]], ...]
 """``((topic, (partition, ...)), ...)`` in the order they are written."""
@@ -74,92 +72,32 @@ class Assignment:
 # -- reading ------------------------------------------------------------------------------------------
 
 
-class _Reader:
-    __slots__ = ("_data", "_pos", "_what")
+def _topic_partitions(r: SchemaReader, name: str) -> TopicPartitions:
+    out = []
+    for _ in range(r.array_count(False, name)):
+        topic = r.string(False, f"topic in {name}")
+        count = r.array_count(False, f"partitions of {topic!r}")
+        partitions = tuple(r.i32(f"partition in {name}") for _ in range(count))
+        out.append((topic, partitions))
+    return tuple(out)
 
-    def __init__(self, data: bytes, what: str) -> None:
-        self._data = bytes(data)
-        self._pos = 0
-        self._what = what
 
-    def fail(self, problem: str) -> NoReturn:
-        raise ConsumerProtocolError(f"{self._what}: {problem} (at byte {self._pos} of {len(self._data)})")
-
-    def _int(self, fmt: struct.Struct, name: str) -> int:
-        if self._pos + fmt.size > len(self._data):
-            self.fail(f"truncated: {name} needs {fmt.size} bytes, {len(self._data) - self._pos} left")
-        (value,) = fmt.unpack_from(self._data, self._pos)
-        self._pos += fmt.size
-        return int(value)
-
-    def i16(self, name: str) -> int:
-        return self._int(_I16, name)
-
-    def i32(self, name: str) -> int:
-        return self._int(_I32, name)
-
-    def _length(self, n: int, nullable: bool, name: str) -> int | None:
-        if n == -1 and nullable:
-            return None
-        if n < 0:
-            self.fail(f"{name} is null, which it may not be" if n == -1 else f"{name} has negative length {n}")
-        return n
-
-    def _take(self, n: int, name: str) -> bytes:
-        if n > len(self._data) - self._pos:
-            self.fail(f"truncated: {name} has length {n}, {len(self._data) - self._pos} bytes left")
-        chunk = self._data[self._pos : self._pos + n]
-        self._pos += n
-        return chunk
-
-    def _utf8(self, raw: bytes, name: str) -> str:
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            self.fail(f"{name} is not valid UTF-8 ({e.reason})")
-
-    def string(self, name: str) -> str:
-        n = self._length(self.i16(f"length of {name}"), False, name)
-        assert n is not None
-        return self._utf8(self._take(n, name), name)
-
-    def nullable_string(self, name: str) -> str | None:
-        n = self._length(self.i16(f"length of {name}"), True, name)
-        return None if n is None else self._utf8(self._take(n, name), name)
-
-    def nullable_bytes(self, name: str) -> bytes | None:
-        n = self._length(self.i32(f"length of {name}"), True, name)
-        return None if n is None else self._take(n, name)
-
-    def count(self, name: str) -> int:
-        n = self._length(self.i32(f"count of {name}"), False, name)
-        assert n is not None
-        return n
-
-    def topic_partitions(self, name: str) -> TopicPartitions:
-        out = []
-        for _ in range(self.count(name)):
-            topic = self.string(f"topic in {name}")
-            partitions = tuple(self.i32(f"partition in {name}") for _ in range(self.count(f"partitions of {topic!r}")))
-            out.append((topic, partitions))
-        return tuple(out)
-
-    def version(self) -> int:
-        version = self.i16("version")
-        if version < 0:
-            self.fail(f"negative version {version}")
-        return version
+def _version(r: SchemaReader) -> int:
+    version = r.i16("version")
+    if version < 0:
+        r.fail(f"negative version {version}")
+    return version
 
 
 def decode_subscription(data: bytes) -> Subscription:
     """Decode JoinGroup member metadata of protocol type "consumer"; raises ``ConsumerProtocolError``."""
-    r = _Reader(data, "consumer subscription")
-    version = min(r.version(), HIGHEST_SUBSCRIPTION_VERSION)
-    topics = tuple(r.string("topic") for _ in range(r.count("topics")))
-    user_data = r.nullable_bytes("user_data")
-    owned = r.topic_partitions("owned_partitions") if version >= 1 else ()
+    r = SchemaReader(data, "consumer subscription", ConsumerProtocolError)
+    version = min(_version(r), HIGHEST_SUBSCRIPTION_VERSION)
+    topics = tuple(r.string(False, "topic") for _ in range(r.array_count(False, "topics")))
+    user_data = r.nullable_bytes(False, "user_data")
+    owned = _topic_partitions(r, "owned_partitions") if version >= 1 else ()
     generation_id = r.i32("generation_id") if version >= 2 else -1
-    rack_id = r.nullable_string("rack_id") if version >= 3 else None
+    rack_id = r.nullable_string(False, "rack_id") if version >= 3 else None
     return Subscription(topics, user_data, owned, generation_id, rack_id)
 
 
@@ -167,62 +105,22 @@ def decode_assignment(data: bytes) -> Assignment:
     """Decode a SyncGroup assignment of protocol type "consumer" (``b""``: no partitions)."""
     if not data:
         return Assignment(())
-    r = _Reader(data, "consumer assignment")
-    r.version()  # every known version has the same fields; later ones are read as v3
-    partitions = r.topic_partitions("assigned_partitions")
-    return Assignment(partitions, r.nullable_bytes("user_data"))
+    r = SchemaReader(data, "consumer assignment", ConsumerProtocolError)
+    _version(r)  # every known version has the same fields; later ones are read as v3
+    partitions = _topic_partitions(r, "assigned_partitions")
+    return Assignment(partitions, r.nullable_bytes(False, "user_data"))
 
 
 # -- writing ------------------------------------------------------------------------------------------
 
 
-class _Writer:
-    __slots__ = ("_out",)
-
-    def __init__(self) -> None:
-        self._out = bytearray()
-
-    def _int(self, fmt: struct.Struct, value: int, name: str) -> None:
-        try:
-            self._out += fmt.pack(value)
-        except struct.error:
-            raise ValueError(f"{name} {value!r} does not fit in {fmt.size * 8} bits") from None
-
-    def i16(self, value: int, name: str) -> None:
-        self._int(_I16, value, name)
-
-    def i32(self, value: int, name: str) -> None:
-        self._int(_I32, value, name)
-
-    def string(self, value: str | None, name: str, nullable: bool = False) -> None:
-        if value is None:
-            if not nullable:
-                raise ValueError(f"{name} may not be None")
-            self.i16(-1, name)
-            return
-        raw = value.encode("utf-8")
-        if len(raw) > 0x7FFF:
-            raise ValueError(f"{name} is {len(raw)} bytes of UTF-8, more than the 32767 a string holds")
-        self.i16(len(raw), name)
-        self._out += raw
-
-    def nullable_bytes(self, value: bytes | None, name: str) -> None:
-        if value is None:
-            self.i32(-1, name)
-            return
-        self.i32(len(value), f"length of {name}")
-        self._out += value
-
-    def topic_partitions(self, value: TopicPartitions, name: str) -> None:
-        self.i32(len(value), f"count of {name}")
-        for topic, partitions in value:
-            self.string(topic, f"topic in {name}")
-            self.i32(len(partitions), f"count of partitions of {topic!r}")
-            for p in partitions:
-                self.i32(p, f"partition of {topic!r}")
-
-    def getvalue(self) -> bytes:
-        return bytes(self._out)
+def _write_topic_partitions(w: SchemaWriter, value: TopicPartitions, name: str) -> None:
+    w.array_count(len(value), name)
+    for topic, partitions in value:
+        w.string(topic, f"topic in {name}")
+        w.array_count(len(partitions), f"partitions of {topic!r}")
+        for p in partitions:
+            w.i32(p, f"partition of {topic!r}")
 
 
 def _check_version(version: int, highest: int, what: str) -> None:
@@ -233,14 +131,14 @@ def _check_version(version: int, highest: int, what: str) -> None:
 def encode_subscription(s: Subscription, version: int = HIGHEST_SUBSCRIPTION_VERSION) -> bytes:
     """Serialize ``s`` as subscription ``version``; fields that version lacks are dropped."""
     _check_version(version, HIGHEST_SUBSCRIPTION_VERSION, "subscription")
-    w = _Writer()
+    w = SchemaWriter(ValueError)
     w.i16(version, "version")
-    w.i32(len(s.topics), "count of topics")
+    w.array_count(len(s.topics), "topics")
     for topic in s.topics:
         w.string(topic, "topic")
-    w.nullable_bytes(s.user_data, "user_data")
+    w.bytes_(s.user_data, "user_data", nullable=True)
     if version >= 1:
-        w.topic_partitions(s.owned_partitions, "owned_partitions")
+        _write_topic_partitions(w, s.owned_partitions, "owned_partitions")
     if version >= 2:
         w.i32(s.generation_id, "generation_id")
     if version >= 3:
@@ -251,8 +149,8 @@ def encode_subscription(s: Subscription, version: int = HIGHEST_SUBSCRIPTION_VER
 def encode_assignment(a: Assignment, version: int = HIGHEST_ASSIGNMENT_VERSION) -> bytes:
     """Serialize ``a`` as assignment ``version`` (all known versions have the same fields)."""
     _check_version(version, HIGHEST_ASSIGNMENT_VERSION, "assignment")
-    w = _Writer()
+    w = SchemaWriter(ValueError)
     w.i16(version, "version")
-    w.topic_partitions(a.partitions, "assigned_partitions")
-    w.nullable_bytes(a.user_data, "user_data")
+    _write_topic_partitions(w, a.partitions, "assigned_partitions")
+    w.bytes_(a.user_data, "user_data", nullable=True)
     return w.getvalue()

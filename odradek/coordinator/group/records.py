@@ -44,7 +44,8 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import NoReturn
+
+from odradek.coordinator.group.schema_io import SchemaReader, SchemaWriter
 
 __all__ = [
     "CoordinatorRecordError",
@@ -68,7 +69,6 @@ OFFSET_VALUE_VERSION_WITH_EXPIRY = 1
 GROUP_VALUE_VERSION = 3
 HIGHEST_VALUE_VERSION = 4  # of both value types; 4 is the first (and only) flexible version
 
-_I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _U16_UNITS = struct.Struct(">H")
@@ -162,179 +162,19 @@ Key = OffsetKey | GroupKey
 Value = OffsetValue | GroupValue
 
 
-# -- primitive reading and writing ----------------------------------------------------------------
+def _reader(data: bytes, what: str) -> SchemaReader:
+    return SchemaReader(data, what, CoordinatorRecordError)
 
 
-class _Reader:
-    """A cursor over one key or value; every failure names the record, the problem and the byte."""
-
-    __slots__ = ("_data", "_pos", "what")
-
-    def __init__(self, data: bytes, what: str) -> None:
-        self._data = bytes(data)
-        self._pos = 0
-        self.what = what
-
-    def fail(self, problem: str) -> NoReturn:
-        raise CoordinatorRecordError(f"{self.what}: {problem} (at byte {self._pos} of {len(self._data)})")
-
-    def _int(self, fmt: struct.Struct, name: str) -> int:
-        if self._pos + fmt.size > len(self._data):
-            self.fail(f"truncated: {name} needs {fmt.size} bytes, {len(self._data) - self._pos} left")
-        (value,) = fmt.unpack_from(self._data, self._pos)
-        self._pos += fmt.size
-        return int(value)
-
-    def i16(self, name: str) -> int:
-        return self._int(_I16, name)
-
-    def i32(self, name: str) -> int:
-        return self._int(_I32, name)
-
-    def i64(self, name: str) -> int:
-        return self._int(_I64, name)
-
-    def uvarint(self, name: str) -> int:
-        value = 0
-        for shift in range(0, 35, 7):
-            if self._pos >= len(self._data):
-                self.fail(f"truncated: varint {name} runs past the end")
-            b = self._data[self._pos]
-            self._pos += 1
-            value |= (b & 0x7F) << shift
-            if not b & 0x80:
-                if value > 0xFFFFFFFF:
-                    self.fail(f"varint {name} exceeds 32 bits")
-                return value
-        self.fail(f"varint {name} is longer than 5 bytes")
-
-    def _take(self, n: int, name: str) -> bytes:
-        if n > len(self._data) - self._pos:
-            self.fail(f"truncated: {name} has length {n}, {len(self._data) - self._pos} bytes left")
-        chunk = self._data[self._pos : self._pos + n]
-        self._pos += n
-        return chunk
-
-    def _length(self, flexible: bool, wide: bool, nullable: bool, name: str) -> int | None:
-        if flexible:
-            n = self.uvarint(f"length of {name}") - 1
-        elif wide:
-            n = self.i32(f"length of {name}")
-        else:
-            n = self.i16(f"length of {name}")
-        if n == -1 and nullable:
-            return None
-        if n < 0:
-            self.fail(f"{name} is null, which it may not be" if n == -1 else f"{name} has negative length {n}")
-        return n
-
-    def string(self, flexible: bool, name: str) -> str:
-        n = self._length(flexible, False, False, name)
-        assert n is not None
-        return self._utf8(self._take(n, name), name)
-
-    def nullable_string(self, flexible: bool, name: str) -> str | None:
-        n = self._length(flexible, False, True, name)
-        return None if n is None else self._utf8(self._take(n, name), name)
-
-    def bytes_(self, flexible: bool, name: str) -> bytes:
-        n = self._length(flexible, True, False, name)
-        assert n is not None
-        return self._take(n, name)
-
-    def array_count(self, flexible: bool, name: str) -> int:
-        n = self._length(flexible, True, False, name)
-        assert n is not None
-        return n
-
-    def tagged_fields(self, name: str) -> None:
-        """Skip a tagged-field section: this module knows no tagged fields."""
-        for _ in range(self.uvarint(f"tagged field count of {name}")):
-            self.uvarint(f"tag in {name}")
-            self._take(self.uvarint(f"tagged field size in {name}"), f"tagged field in {name}")
-
-    def end(self) -> None:
-        if self._pos != len(self._data):
-            self.fail(f"{len(self._data) - self._pos} trailing bytes")
-
-    def _utf8(self, raw: bytes, name: str) -> str:
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            self.fail(f"{name} is not valid UTF-8 ({e.reason})")
-
-
-class _Writer:
-    __slots__ = ("_out", "flexible")
-
-    def __init__(self, flexible: bool = False) -> None:
-        self._out = bytearray()
-        self.flexible = flexible
-
-    def _int(self, fmt: struct.Struct, value: int, name: str) -> None:
-        try:
-            self._out += fmt.pack(value)
-        except struct.error:
-            raise CoordinatorRecordError(f"{name} {value!r} does not fit in {fmt.size * 8} bits") from None
-
-    def i16(self, value: int, name: str) -> None:
-        self._int(_I16, value, name)
-
-    def i32(self, value: int, name: str) -> None:
-        self._int(_I32, value, name)
-
-    def i64(self, value: int, name: str) -> None:
-        self._int(_I64, value, name)
-
-    def uvarint(self, value: int) -> None:
-        while value > 0x7F:
-            self._out.append((value & 0x7F) | 0x80)
-            value >>= 7
-        self._out.append(value)
-
-    def _length(self, n: int | None, wide: bool, name: str) -> None:
-        limit = 0x7FFFFFFF if wide else 0x7FFF  # Kafka caps strings at 0x7fff bytes, flexible or not
-        if n is not None and n > limit:
-            raise CoordinatorRecordError(f"{name} is {n} bytes long, more than the {limit} its field holds")
-        if self.flexible:
-            self.uvarint(0 if n is None else n + 1)
-        elif wide:
-            self.i32(-1 if n is None else n, name)
-        else:
-            self.i16(-1 if n is None else n, name)
-
-    def string(self, value: str | None, name: str, nullable: bool = False) -> None:
-        if value is None:
-            if not nullable:
-                raise CoordinatorRecordError(f"{name} may not be None")
-            self._length(None, False, name)
-            return
-        raw = value.encode("utf-8")
-        self._length(len(raw), False, name)
-        self._out += raw
-
-    def bytes_(self, value: bytes, name: str) -> None:
-        self._length(len(value), True, name)
-        self._out += value
-
-    def array_count(self, n: int, name: str) -> None:
-        self._length(n, True, name)
-
-    def tagged_fields(self) -> None:
-        if self.flexible:
-            self.uvarint(0)
-
-    def getvalue(self) -> bytes:
-        return bytes(self._out)
+def _writer(*, flexible: bool = False) -> SchemaWriter:
+    return SchemaWriter(CoordinatorRecordError, flexible=flexible)
 
 
 # -- keys ---------------------------------------------------------------------------------------------
 
 
 _OFFSET_KEY_PREFIX = struct.pack(">h", 1)
-_I32 = struct.Struct(">i")
 _OFFSET_V3_HEAD = struct.Struct(">hqi")  # version, offset, leader epoch
-_I64 = struct.Struct(">q")
 
 
 def _str16(value: str, name: str) -> bytes:
@@ -352,7 +192,7 @@ def encode_key(key: Key) -> bytes:
                              _I32.pack(key.partition)))
         except struct.error as e:
             raise CoordinatorRecordError(f"partition {key.partition} does not fit an int32: {e}") from None
-    w = _Writer()
+    w = _writer()
     if isinstance(key, OffsetKey):
         w.i16(OFFSET_KEY_VERSION, "key version")
         w.string(key.group, "group")
@@ -367,7 +207,7 @@ def encode_key(key: Key) -> bytes:
 
 
 def _decode_key(data: bytes) -> Key | None:
-    r = _Reader(data, "__consumer_offsets key")
+    r = _reader(data, "__consumer_offsets key")
     version = r.i16("key version")
     if version < 0:
         r.fail(f"negative key version {version}")
@@ -395,7 +235,7 @@ def _check_value_version(version: int, what: str) -> None:
 def _encode_offset_value(value: OffsetValue, version: int) -> bytes:
     """``value`` as offset commit value ``version``; fields the version lacks are left out."""
     _check_value_version(version, "offset commit value")
-    w = _Writer(flexible=version >= 4)
+    w = _writer(flexible=version >= 4)
     w.i16(version, "value version")
     w.i64(value.offset, "offset")
     if version >= 3:
@@ -409,7 +249,7 @@ def _encode_offset_value(value: OffsetValue, version: int) -> bytes:
 
 
 def _decode_offset_value(data: bytes) -> OffsetValue:
-    r = _Reader(data, "offset commit value")
+    r = _reader(data, "offset commit value")
     version = r.i16("value version")
     _check_value_version(version, "offset commit value")
     r.what = f"offset commit value v{version}"
@@ -428,7 +268,7 @@ def _decode_offset_value(data: bytes) -> OffsetValue:
 def _encode_group_value(value: GroupValue, version: int) -> bytes:
     """``value`` as group metadata value ``version``; fields the version lacks are left out."""
     _check_value_version(version, "group metadata value")
-    w = _Writer(flexible=version >= 4)
+    w = _writer(flexible=version >= 4)
     w.i16(version, "value version")
     w.string(value.protocol_type, "protocol_type")
     w.i32(value.generation, "generation")
@@ -454,7 +294,7 @@ def _encode_group_value(value: GroupValue, version: int) -> bytes:
 
 
 def _decode_group_value(data: bytes) -> GroupValue:
-    r = _Reader(data, "group metadata value")
+    r = _reader(data, "group metadata value")
     version = r.i16("value version")
     _check_value_version(version, "group metadata value")
     r.what = f"group metadata value v{version}"
