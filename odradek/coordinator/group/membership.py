@@ -28,13 +28,12 @@ from typing import Any
 
 from odradek.coordinator.group import consumer_protocol
 from odradek.coordinator.group.effects import Effects, Write
-from odradek.coordinator.group.model import Group, GroupState, Member, Ticket
+from odradek.coordinator.group.model import CONSUMER, Group, GroupState, Member, Ticket
 from odradek.coordinator.group.records import GroupKey
 from odradek.coordinator.group.state import HEARTBEAT, JOIN, PENDING, SYNC, CoordinatorState
 from odradek.protocol.errors import ErrorCode
 
 E = ErrorCode
-CONSUMER = "consumer"
 
 
 def join_error(error: ErrorCode, member_id: str = "") -> dict[str, Any]:
@@ -244,7 +243,7 @@ class Membership(CoordinatorState):
         error = self.unavailable(group_id)
         group = self.groups.get(group_id)
         if error is None:
-            error = self._member_error(group, member_id, group_instance_id, generation_id)
+            error = self.member_error(group, member_id, group_instance_id, generation_id)
         assert error is not None or group is not None
         if error is None and group is not None and (
                 (protocol_type is not None and protocol_type != group.protocol_type)
@@ -308,21 +307,6 @@ class Membership(CoordinatorState):
                     return f"assignment of {member_id} does not decode: {e}"
         return None
 
-    def _member_error(self, group: Group | None, member_id: str, instance_id: str | None,
-                      generation_id: int) -> ErrorCode | None:
-        """The error for a request naming this member and generation, as Kafka checks them (or None)."""
-        if group is None:
-            return E.UNKNOWN_MEMBER_ID
-        if group.is_(GroupState.DEAD):
-            return E.COORDINATOR_NOT_AVAILABLE
-        if group.fenced(member_id, instance_id):
-            return E.FENCED_INSTANCE_ID
-        if member_id not in group.members or group.is_(GroupState.EMPTY):
-            return E.UNKNOWN_MEMBER_ID
-        if generation_id != group.generation:
-            return E.ILLEGAL_GENERATION
-        return None
-
     # -- Heartbeat ----------------------------------------------------------------------------------
 
     def heartbeat(self, *, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
@@ -330,7 +314,7 @@ class Membership(CoordinatorState):
         error = self.unavailable(group_id)
         group = self.groups.get(group_id)
         if error is None:
-            error = self._member_error(group, member_id, group_instance_id, generation_id)
+            error = self.member_error(group, member_id, group_instance_id, generation_id)
         if error is not None or group is None:
             return error or E.UNKNOWN_MEMBER_ID
         self.schedule_heartbeat(group, group.members[member_id], now)

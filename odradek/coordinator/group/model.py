@@ -27,6 +27,7 @@ from enum import Enum
 from odradek.coordinator.group.records import GroupValue
 
 Ticket = int  # the runtime's handle for a pending response
+CONSUMER = "consumer"  # the protocol type of consumer groups (whose metadata consumer_protocol.py reads)
 
 
 class GroupState(Enum):

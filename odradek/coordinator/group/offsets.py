@@ -24,13 +24,12 @@ from typing import Any
 
 from odradek.coordinator.group import consumer_protocol
 from odradek.coordinator.group.effects import Effects, Record, Write
-from odradek.coordinator.group.model import Group, GroupState, OffsetEntry, Ticket
+from odradek.coordinator.group.model import CONSUMER, Group, GroupState, OffsetEntry, Ticket
 from odradek.coordinator.group.records import GroupKey, OffsetKey, OffsetValue
 from odradek.coordinator.group.state import CoordinatorState
 from odradek.protocol.errors import ErrorCode
 
 E = ErrorCode
-CONSUMER = "consumer"
 NO_OFFSET = -1
 
 TopicPartition = tuple[str, int]
@@ -82,19 +81,12 @@ class OffsetOps(CoordinatorState):
                       instance_id: str | None) -> ErrorCode | None:
         if group is None:
             return None if generation_id < 0 else E.ILLEGAL_GENERATION
-        if group.is_(GroupState.DEAD):
-            return E.COORDINATOR_NOT_AVAILABLE
         if generation_id < 0 and group.is_(GroupState.EMPTY):
-            return None
-        if group.fenced(member_id, instance_id):
-            return E.FENCED_INSTANCE_ID
-        if member_id not in group.members:
-            return E.UNKNOWN_MEMBER_ID
-        if generation_id != group.generation:
-            return E.ILLEGAL_GENERATION
-        if group.is_(GroupState.COMPLETING_REBALANCE):
+            return None  # a simple commit (admin tools, consumers that assign partitions themselves)
+        error = self.member_error(group, member_id, instance_id, generation_id)
+        if error is None and group.is_(GroupState.COMPLETING_REBALANCE):
             return E.REBALANCE_IN_PROGRESS
-        return None
+        return error
 
     def fetch_offsets(self, group_id: str, partitions: Iterable[TopicPartition] | None
                       ) -> tuple[ErrorCode, list[tuple[TopicPartition, OffsetEntry | None]]]:

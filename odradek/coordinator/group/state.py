@@ -79,6 +79,21 @@ class CoordinatorState:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         return None
 
+    def member_error(self, group: Group | None, member_id: str, instance_id: str | None,
+                     generation_id: int) -> ErrorCode | None:
+        """The error for a request naming this member and generation, as Kafka checks them (or None)."""
+        if group is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if group.is_(GroupState.DEAD):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if group.fenced(member_id, instance_id):
+            return ErrorCode.FENCED_INSTANCE_ID
+        if member_id not in group.members or group.is_(GroupState.EMPTY):
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if generation_id != group.generation:
+            return ErrorCode.ILLEGAL_GENERATION
+        return None
+
     def groups_in(self, partition: int) -> list[Group]:
         return [g for g in self.groups.values() if self.partition_of(g.group_id) == partition]
 
