@@ -106,10 +106,8 @@ def plan_ranges(options: opt.SourceOptions) -> list[OffsetRange]:
 
     consumer = Consumer(client_config(options.client))
     try:
-        metadata = consumer.list_topics(timeout=_META_TIMEOUT_S)
-        tps = topic_partitions(metadata, options.subscription)
-        watermarks = {tp: consumer.get_watermark_offsets(TopicPartition(*tp), timeout=_META_TIMEOUT_S, cached=False)
-                      for tp in tps}
+        watermarks = current_watermarks(consumer, options.subscription)
+        tps = list(watermarks)
 
         def by_time(bound: opt.Bound) -> dict[tuple[str, int], int]:
             if bound.timestamp is None and not bound.timestamps:
@@ -122,6 +120,15 @@ def plan_ranges(options: opt.SourceOptions) -> list[OffsetRange]:
         return plan(options, watermarks, by_time(options.starting), by_time(options.ending))
     finally:
         consumer.close()
+
+
+def current_watermarks(consumer: Any, subscription: opt.Subscription) -> dict[tuple[str, int], tuple[int, int]]:
+    """(log start, log end) now of every partition the subscription names."""
+    from confluent_kafka import TopicPartition
+
+    tps = topic_partitions(consumer.list_topics(timeout=_META_TIMEOUT_S), subscription)
+    return {tp: consumer.get_watermark_offsets(TopicPartition(*tp), timeout=_META_TIMEOUT_S, cached=False)
+            for tp in tps}
 
 
 def read_range(part: RangePartition) -> Iterator[pa.RecordBatch]:

@@ -35,8 +35,8 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from odradek.spark import options as opt
-from odradek.spark.offsets import DataLossError, OffsetRange, topic_partitions
-from odradek.spark.source import RangePartition, client_config, read_range
+from odradek.spark.offsets import DataLossError, OffsetRange
+from odradek.spark.source import RangePartition, client_config, current_watermarks, read_range
 
 Offsets = dict[str, dict[str, int]]
 
@@ -85,14 +85,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- the cluster ------------------------------------------------------------------------------
 
     def _watermarks(self) -> dict[tuple[str, int], tuple[int, int]]:
-        from confluent_kafka import Consumer, TopicPartition
+        from confluent_kafka import Consumer
 
         if self._consumer is None:
             self._consumer = Consumer(client_config(self.options.client))
-        consumer = self._consumer
-        metadata = consumer.list_topics(timeout=30)
-        tps = topic_partitions(metadata, self.options.subscription)
-        return {tp: consumer.get_watermark_offsets(TopicPartition(*tp), timeout=30, cached=False) for tp in tps}
+        return current_watermarks(self._consumer, self.options.subscription)
 
     def stop(self) -> None:
         if self._consumer is not None:
