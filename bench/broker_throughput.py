@@ -59,6 +59,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -521,6 +522,30 @@ def wait_for_other_benchmarks(max_wait: float, poll: float = 30.0) -> str:
 # -- report ------------------------------------------------------------------------------------------
 
 
+def _print_rate_table(title: str, rows: list[tuple[str, tuple[int, ...]]], brokers: list[str],
+                      results: dict[Any, list[Any]], peer: str | None, raw: list[float], goal_peer: float,
+                      goal_raw: float) -> None:
+    """One produce or consume table: per row label and broker, rates, cores, and the ratios to the goals."""
+    print()
+    cols = (f"{title:<14} | {'broker':<8} | {'records/s':>10} {'MB/s':>6} | {'cores broker':>12} "
+            f"{'client':>6} | {'vs Tansu (>=' + f'{goal_peer:.1f}' + ')':>16} | "
+            f"{'vs raw (>=' + f'{goal_raw:.1f}' + ')':>14}")
+    print(cols)
+    print("-" * len(cols))
+    for label, key in rows:
+        for kind in brokers:
+            runs = results[(kind, *key)]
+            rps, mb = median([x.rps for x in runs]), median([x.mbps for x in runs])
+            vs_peer = vs_raw = ""
+            if kind == "odradek" and peer:
+                vs_peer = ratio_cell(rps / median([x.rps for x in results[(peer, *key)]]), goal_peer)
+            if raw:
+                vs_raw = ratio_cell(mb / median(raw), goal_raw) if kind == "odradek" else f"{mb / median(raw):5.2f}"
+            print(f"{label:<14} | {kind:<8} | {rps:>10,.0f} {mb:>6.0f} | "
+                  f"{median([x.broker_cores for x in runs]):>12.2f} {median([x.client_cores for x in runs]):>6.2f}"
+                  f" | {vs_peer:>16} | {vs_raw:>14}")
+
+
 def ratio_cell(x: float, goal: float) -> str:
     return f"{x:5.2f} {'ok' if verdict(x, goal) == 'met' else 'MISS'}"
 
@@ -601,44 +626,11 @@ def main() -> None:
         print(f"raw limits (median of {a.rounds}, MB/s = 10^6 B/s): {'; '.join(limits)}")
     peer = "tansu" if "tansu" in brokers else None
     if prod is not None:
-        print()
-        cols = (f"{'produce':<14} | {'broker':<8} | {'records/s':>10} {'MB/s':>6} | {'cores broker':>12} "
-                f"{'client':>6} | {'vs Tansu (>=1.0)':>16} | {'vs raw (>=0.5)':>14}")
-        print(cols)
-        print("-" * len(cols))
-        for size in a.sizes:
-            for acks in ACKS:
-                for kind in brokers:
-                    runs = prod[(kind, size, acks)]
-                    rps, mb = median([x.rps for x in runs]), median([x.mbps for x in runs])
-                    vs_peer = vs_raw = ""
-                    if kind == "odradek" and peer:
-                        vs_peer = ratio_cell(rps / median([x.rps for x in prod[(peer, size, acks)]]),
-                                             GOALS["produce_peer"])
-                    if raw_tcp:
-                        vs_raw = ratio_cell(mb / median(raw_tcp), GOALS["produce_raw"]) if kind == "odradek" \
-                            else f"{mb / median(raw_tcp):5.2f}"
-                    print(f"{f'{size} B acks={acks}':<14} | {kind:<8} | {rps:>10,.0f} {mb:>6.0f} | "
-                          f"{median([x.broker_cores for x in runs]):>12.2f} "
-                          f"{median([x.client_cores for x in runs]):>6.2f} | {vs_peer:>16} | {vs_raw:>14}")
+        rows = [(f"{size} B acks={acks}", (size, acks)) for size in a.sizes for acks in ACKS]
+        _print_rate_table("produce", rows, brokers, prod, peer, raw_tcp, GOALS["produce_peer"], GOALS["produce_raw"])
     if cons is not None:
-        print()
-        cols = (f"{'consume':<14} | {'broker':<8} | {'records/s':>10} {'MB/s':>6} | {'cores broker':>12} "
-                f"{'client':>6} | {'vs Tansu (>=1.0)':>16} | {'vs raw (>=0.7)':>14}")
-        print(cols)
-        print("-" * len(cols))
-        for size in a.sizes:
-            for kind in brokers:
-                runs = cons[(kind, size)]
-                rps, mb = median([x.rps for x in runs]), median([x.mbps for x in runs])
-                vs_peer = ""
-                if kind == "odradek" and peer:
-                    vs_peer = ratio_cell(rps / median([x.rps for x in cons[(peer, size)]]), GOALS["consume_peer"])
-                vs_raw = ratio_cell(mb / median(raw_sf), GOALS["consume_raw"]) if kind == "odradek" \
-                    else f"{mb / median(raw_sf):5.2f}"
-                print(f"{f'{size} B':<14} | {kind:<8} | {rps:>10,.0f} {mb:>6.0f} | "
-                      f"{median([x.broker_cores for x in runs]):>12.2f} {median([x.client_cores for x in runs]):>6.2f}"
-                      f" | {vs_peer:>16} | {vs_raw:>14}")
+        rows = [(f"{size} B", (size,)) for size in a.sizes]
+        _print_rate_table("consume", rows, brokers, cons, peer, raw_sf, GOALS["consume_peer"], GOALS["consume_raw"])
     if lat is not None:
         print()
         cols = (f"{'latency':<22} | {'broker':<8} | {'records/s':>10} | {'p50 ms':>7} {'p99 ms':>7} "
