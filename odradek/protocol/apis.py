@@ -22,6 +22,8 @@ from kio.index import load_payload_module
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
+from odradek.protocol.frame import SIZE, request_header, skip_tagged_fields
+
 
 @dataclass(frozen=True, slots=True)
 class ApiRange:
@@ -134,6 +136,33 @@ def decode_request(api_key: int, version: int, frame: bytes | memoryview, offset
     """Decode the request body at ``offset``; raises on malformed input (the caller maps it)."""
     value, _size = _reader(api_key, version)(frame, offset)
     return value
+
+
+def encode_request(api_key: int, version: int, correlation_id: int, request: Any, client_id: str | None) -> bytes:
+    """A whole request frame (size prefix, header, kio-written body): the client side."""
+    payload = request_header(api_key, version, correlation_id, client_id,
+                             flexible=request_is_flexible(api_key, version)) + encode_body(request)
+    return SIZE.pack(len(payload)) + payload
+
+
+def decode_response(api_key: int, version: int, payload: bytes | memoryview) -> tuple[int, Any]:
+    """(correlation id, response) from a response frame without its size prefix (the client side).
+
+    Raises ``ValueError`` if the body does not fill the frame exactly.
+    """
+    (correlation_id,) = SIZE.unpack_from(payload, 0)
+    pos = 4
+    if response_header_is_flexible(api_key, version):
+        pos = skip_tagged_fields(payload, pos)
+    value, size = _response_reader(api_key, version)(payload, pos)
+    if pos + size != len(payload):
+        raise ValueError(f"api {api_key} v{version} response of {len(payload)} bytes decoded only {pos + size}")
+    return correlation_id, value
+
+
+@cache
+def _response_reader(api_key: int, version: int) -> Any:
+    return entity_reader(response_class(api_key, version))
 
 
 def encode_body(response: Any) -> bytes:

@@ -82,14 +82,34 @@ def parse_request_header(frame: bytes | memoryview, *, flexible: bool) -> Reques
     elif n != -1:
         raise FrameError(f"invalid client_id length {n}")
     if flexible:
-        count, pos = read_uvarint(frame, pos)
-        for _ in range(count):
-            _tag, pos = read_uvarint(frame, pos)
-            length, pos = read_uvarint(frame, pos)
-            pos += length
-            if pos > len(frame):
-                raise FrameError("request header tagged field runs past the frame")
+        pos = skip_tagged_fields(frame, pos)
     return RequestHeader(api_key, api_version, correlation_id, client_id, pos)
+
+
+def skip_tagged_fields(buf: bytes | memoryview, pos: int) -> int:
+    """Position after a tagged-fields section (flexible headers); raises FrameError if cut short."""
+    count, pos = read_uvarint(buf, pos)
+    for _ in range(count):
+        _tag, pos = read_uvarint(buf, pos)
+        length, pos = read_uvarint(buf, pos)
+        pos += length
+        if pos > len(buf):
+            raise FrameError("tagged field runs past the frame")
+    return pos
+
+
+def request_header(api_key: int, version: int, correlation_id: int, client_id: str | None, *,
+                   flexible: bool) -> bytes:
+    """Request header v1 (``flexible=False``) or v2 (v1 plus empty tagged fields): the client side."""
+    out = bytearray(_HEADER_FIXED.pack(api_key, version, correlation_id))
+    if client_id is None:
+        out += _I16.pack(-1)
+    else:
+        raw = client_id.encode()
+        out += _I16.pack(len(raw)) + raw
+    if flexible:
+        out.append(0)
+    return bytes(out)
 
 
 def read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:

@@ -16,10 +16,10 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_writer
 
 from odradek.protocol import apis, entities
-from odradek.protocol.frame import read_uvarint
+from odradek.protocol.frame import request_header as frame_header
 from odradek.protocol.records import Record, build_batch, decode_records, iter_batches
 
 # The versions these tests speak unless a test picks another one.
@@ -47,15 +47,7 @@ def uvarint(n: int) -> bytes:
 def request_header(api_key: int, version: int, correlation_id: int, client_id: str | None = "odradek-tests",
                    *, flexible: bool) -> bytes:
     """Request header v1 (``flexible=False``) or v2 (v1 plus empty tagged fields)."""
-    out = struct.pack(">hhi", api_key, version, correlation_id)
-    if client_id is None:
-        out += struct.pack(">h", -1)
-    else:
-        raw = client_id.encode()
-        out += struct.pack(">h", len(raw)) + raw
-    if flexible:
-        out += b"\x00"
-    return out
+    return frame_header(api_key, version, correlation_id, client_id, flexible=flexible)
 
 
 def encode_body(api_key: int, version: int, values: dict[str, Any] | Any) -> bytes:
@@ -80,18 +72,7 @@ def request_frame(api_key: int, version: int, correlation_id: int, values: dict[
 def decode_response(api_key: int, version: int, payload: bytes) -> tuple[int, Any]:
     """(correlation id, response) from a response frame without its size prefix; the whole frame must
     be consumed."""
-    (correlation_id,) = struct.unpack_from(">i", payload, 0)
-    pos = 4
-    if apis.response_header_is_flexible(api_key, version):
-        count, pos = read_uvarint(payload, pos)
-        for _ in range(count):
-            _tag, pos = read_uvarint(payload, pos)
-            length, pos = read_uvarint(payload, pos)
-            pos += length
-    value, size = entity_reader(apis.response_class(api_key, version))(payload, pos)
-    assert pos + size == len(payload), f"response of {len(payload)} bytes decoded only {pos + size}"
-    return correlation_id, value
-
+    return apis.decode_response(api_key, version, payload)
 
 
 class Closed(Exception):
