@@ -31,9 +31,10 @@ from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
+from crc32c import crc32c
 
 from odradek.protocol import compression
-from odradek.protocol.batch import HEADER_SIZE, LOG_OVERHEAD
+from odradek.protocol.batch import ATTRIBUTES_AT, HEADER_SIZE, LOG_OVERHEAD
 from odradek.protocol.errors import CorruptRecordError, UnsupportedMagicError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -53,8 +54,8 @@ except ImportError:  # pragma: no cover - the spark extra installs numba
     COMPILED = False
 
 # batch index columns (one row per batch, int64)
-_B_POS, _B_END, _B_BASE, _B_ATTR, _B_COUNT, _B_BASE_TS, _B_MAX_TS, _B_MAGIC, _B_LAST = range(9)
-_B_COLS = 9
+_B_POS, _B_END, _B_BASE, _B_ATTR, _B_COUNT, _B_BASE_TS, _B_MAX_TS, _B_MAGIC, _B_LAST, _B_CRC = range(10)
+_B_COLS = 10
 _CONTROL = 0x20
 _LOG_APPEND_TIME = 0x08
 _CODEC = 0x07
@@ -87,6 +88,7 @@ def _index_batches(buf: Any, out: Any) -> int:
         row[_B_BASE_TS] = _be(buf, pos + 27, 8)
         row[_B_MAX_TS] = _be(buf, pos + 35, 8)
         row[_B_LAST] = _be(buf, pos + 23, 4)
+        row[_B_CRC] = _be(buf, pos + 17, 4) & 0xFFFFFFFF
         count += 1
         pos = end
     return count
@@ -111,12 +113,13 @@ def _be_small(buf: Any, pos: int, width: int) -> int:
 
 
 @compiled
-def _varint(buf: Any, pos: int, end: int) -> tuple[int, int]:
-    """Zigzag varint at ``pos`` -> (value, next pos); next pos -1 if malformed or past ``end``."""
+def _varint(buf: Any, pos: int, end: int, max_shift: int) -> tuple[int, int]:
+    """Zigzag varint at ``pos`` -> (value, next pos); next pos -1 if past ``end`` or longer than an
+    int32 (``max_shift`` 28) or int64 (63) allows, so no later arithmetic can overflow."""
     u = 0
     shift = 0
     while True:
-        if pos >= end or shift > 63:
+        if pos >= end or shift > max_shift:
             return 0, -1
         b = int(buf[pos])
         pos += 1
@@ -159,23 +162,23 @@ def _decode(buf: Any, regions: Any, lo: int, hi: int, headers: bool,
         kind = regions[r, 6]
         for _ in range(regions[r, 2]):
             fault[0] = base
-            length, pos = _varint(buf, pos, end)
+            length, pos = _varint(buf, pos, end, 28)
             if pos < 0:
                 return _BAD_VARINT
             rec_end = pos + length
             if length < 0 or rec_end > end:
                 return _BAD_LENGTH
             pos += 1  # attributes
-            ts_delta, pos = _varint(buf, pos, rec_end)
+            ts_delta, pos = _varint(buf, pos, rec_end, 63)
             if pos < 0:
                 return _BAD_VARINT
-            off_delta, pos = _varint(buf, pos, rec_end)
+            off_delta, pos = _varint(buf, pos, rec_end, 28)
             if pos < 0:
                 return _BAD_VARINT
             offset = base + off_delta
             fault[0] = offset
             keep = lo <= offset < hi
-            klen, pos = _varint(buf, pos, rec_end)
+            klen, pos = _varint(buf, pos, rec_end, 28)
             if pos < 0:
                 return _BAD_VARINT
             if klen < -1 or pos + klen > rec_end:
@@ -188,7 +191,7 @@ def _decode(buf: Any, regions: Any, lo: int, hi: int, headers: bool,
                 key_off[rows + 1] = kp
             if klen > 0:
                 pos += klen
-            vlen, pos = _varint(buf, pos, rec_end)
+            vlen, pos = _varint(buf, pos, rec_end, 28)
             if pos < 0:
                 return _BAD_VARINT
             if vlen < -1 or pos + vlen > rec_end:
@@ -201,13 +204,13 @@ def _decode(buf: Any, regions: Any, lo: int, hi: int, headers: bool,
                 val_off[rows + 1] = vp
             if vlen > 0:
                 pos += vlen
-            hcount, pos = _varint(buf, pos, rec_end)
+            hcount, pos = _varint(buf, pos, rec_end, 28)
             if pos < 0:
                 return _BAD_VARINT
             if hcount < 0:
                 return _BAD_LENGTH
             for _h in range(hcount):
-                hklen, pos = _varint(buf, pos, rec_end)
+                hklen, pos = _varint(buf, pos, rec_end, 28)
                 if pos < 0:
                     return _BAD_VARINT
                 if hklen < 0 or pos + hklen > rec_end:
@@ -217,7 +220,7 @@ def _decode(buf: Any, regions: Any, lo: int, hi: int, headers: bool,
                     hkp += hklen
                     hk_off[hn + 1] = hkp
                 pos += hklen
-                hvlen, pos = _varint(buf, pos, rec_end)
+                hvlen, pos = _varint(buf, pos, rec_end, 28)
                 if pos < 0:
                     return _BAD_VARINT
                 if hvlen < -1 or pos + hvlen > rec_end:
@@ -243,15 +246,6 @@ def _decode(buf: Any, regions: Any, lo: int, hi: int, headers: bool,
     return rows
 
 
-@dataclass(frozen=True, slots=True)
-class Decoded:
-    """One record set's rows in ``[lo, hi)`` and where the next fetch starts."""
-
-    batch: pa.RecordBatch | None  # None when no row of the set is in range
-    next_offset: int  # the offset after the last complete batch (``lo`` if there was none)
-    complete_batches: int
-
-
 def arrow_schema(include_headers: bool) -> pa.Schema:
     """Spark's Kafka source schema, as Arrow types."""
     fields = [
@@ -267,24 +261,59 @@ def arrow_schema(include_headers: bool) -> pa.Schema:
 HEADER_TYPE = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
 
 
-def decode(records: bytes | bytearray | memoryview, topic: str, partition: int, lo: int, hi: int,
-           include_headers: bool) -> Decoded:
-    """Decode a record set's rows with ``lo <= offset < hi`` (one Fetch response partition)."""
-    buf = np.frombuffer(records, dtype=np.uint8)
+@dataclass(frozen=True, slots=True)
+class RecordSet:
+    """The complete batches of one record set, indexed (cheap); ``to_arrow`` decodes their records."""
+
+    topic: str
+    partition: int
+    buf: np.ndarray
+    index: np.ndarray  # one row per complete batch, columns _B_*
+
+    @property
+    def complete_batches(self) -> int:
+        return len(self.index)
+
+    @property
+    def first_offset(self) -> int:
+        """The base offset of the first complete batch (the set must have one)."""
+        return int(self.index[0, _B_BASE])
+
+    def next_offset(self, default: int) -> int:
+        """The offset after the last complete batch (where the next fetch starts), or ``default``."""
+        if not len(self.index):
+            return default
+        last = self.index[-1]
+        return int(last[_B_BASE]) + int(last[_B_LAST]) + 1
+
+    def to_arrow(self, lo: int, hi: int, include_headers: bool) -> pa.RecordBatch | None:
+        """The rows with ``lo <= offset < hi`` in Spark's Kafka schema; None if there are none."""
+        data = self.index[(self.index[:, _B_ATTR] & _CONTROL) == 0]
+        buf, regions = _regions(self.buf, data, self.topic, self.partition)
+        return _columns(buf, regions, self.topic, self.partition, lo, hi, include_headers)
+
+
+def parse(records: bytes | bytearray | memoryview | None, topic: str, partition: int, *,
+          check_crcs: bool = True) -> RecordSet:
+    """Index the complete batches of a record set (one Fetch response partition's ``records``).
+
+    With ``check_crcs`` (Kafka's consumer default) every batch's CRC-32C is verified first: a batch
+    damaged on disk or on the way is a ``CorruptRecordError``, never rows.
+    """
+    buf = np.frombuffer(records or b"", dtype=np.uint8)
     index = np.empty((buf.shape[0] // HEADER_SIZE + 1, _B_COLS), dtype=np.int64)
-    n = _index_batches(buf, index)
-    index = index[:n]
-    if n == 0:
-        return Decoded(None, lo, 0)
+    index = index[:_index_batches(buf, index)]
     bad = index[index[:, _B_MAGIC] != 2]
     if len(bad):
         raise UnsupportedMagicError(f"{topic}-{partition}: batch at offset {int(bad[0, _B_BASE])} has magic "
                                     f"{int(bad[0, _B_MAGIC])}; this reader handles record batches v2 (Kafka >= 0.11)")
-    last = index[-1]
-    next_offset = int(last[_B_BASE]) + int(last[_B_LAST]) + 1
-    data = index[(index[:, _B_ATTR] & _CONTROL) == 0]
-    buf, regions = _regions(buf, data, topic, partition)
-    return Decoded(_columns(buf, regions, topic, partition, lo, hi, include_headers), next_offset, n)
+    if check_crcs:
+        for row in index:
+            pos, end = int(row[_B_POS]), int(row[_B_END])
+            if crc32c(buf[pos + ATTRIBUTES_AT:end]) != int(row[_B_CRC]):
+                raise CorruptRecordError(f"{topic}-{partition}: the batch at offset {int(row[_B_BASE])} fails its "
+                                         "CRC-32C check (damaged on disk or on the way)")
+    return RecordSet(topic, partition, buf, index)
 
 
 def _regions(buf: np.ndarray, batches: np.ndarray, topic: str, partition: int) -> tuple[np.ndarray, np.ndarray]:

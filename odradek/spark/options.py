@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +48,12 @@ class SourceOptions:
     min_partitions: int | None = None
     poll_timeout_ms: int = 120_000
     timestamp_strategy: str = "error"  # startingOffsetsByTimestampStrategy: error | latest
+
+
+def consumer_config(client: dict[str, str]) -> dict[str, Any]:
+    """confluent-kafka settings for a connector consumer: never joins a group, never commits."""
+    return {**client, "group.id": f"odradek-spark-{uuid.uuid4().hex}", "enable.auto.commit": False,
+            "enable.auto.offset.store": False, "enable.partition.eof": True, "auto.offset.reset": "error"}
 
 
 def _bool(name: str, value: str) -> bool:

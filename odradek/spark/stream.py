@@ -2,7 +2,7 @@
 
 An offset, as Spark stores it in the query's checkpoint, is ``{"topic": {"partition": next offset}}``.
 Each micro-batch reads ``[start, end)`` of every partition, planned on the driver from the checkpointed
-start and the partitions' current log ends; the tasks are the batch reader's (``source.read_range``),
+start and the partitions' current log ends; the tasks are the batch reader's (``task.read_range``),
 so a retried task or a restart from the checkpoint reads exactly the same records. With Spark's file
 sinks that gives exactly-once output.
 
@@ -36,7 +36,9 @@ from pyspark.sql.streaming.datasource import (
 
 from odradek.spark import options as opt
 from odradek.spark.offsets import DataLossError, OffsetRange
-from odradek.spark.source import RangePartition, client_config, current_watermarks, read_range
+from odradek.spark.options import consumer_config
+from odradek.spark.source import current_watermarks
+from odradek.spark.task import RangePartition, read_range
 
 Offsets = dict[str, dict[str, int]]
 
@@ -88,7 +90,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from confluent_kafka import Consumer
 
         if self._consumer is None:
-            self._consumer = Consumer(client_config(self.options.client))
+            self._consumer = Consumer(consumer_config(self.options.client))
         return current_watermarks(self._consumer, self.options.subscription)
 
     def stop(self) -> None:
