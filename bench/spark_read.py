@@ -22,8 +22,8 @@ What it does:
    and the same query over Spark's built-in ``rate`` source at the same rate. Median/p90 of
    ``durationMs.triggerExecution`` over ``--batches`` micro-batches after 3 warm-up batches.
 5. Unless ``--no-probe``: where a task's time goes, outside Spark -- one partition's range read with a
-   bare confluent-kafka consume loop, with ``odradek.spark.source.read_range``, and that under
-   cProfile (top functions printed).
+   bare confluent-kafka consume loop, with both of a task's readers (``odradek.spark.task``:
+   ``read_consumed`` and ``read_fetched``), and ``read_fetched`` under cProfile (top functions).
 
 Each timed Spark query runs ``--trials`` times (the first also warms the JVM and the Python workers);
 the table shows the median, each trial is printed. Other CPU use (processes outside this benchmark's
@@ -408,54 +408,48 @@ def streaming(spark: Any, broker: Broker, rate: int, trigger_ms: int, batches: i
 
 
 def probe(bootstrap: str, end: int, top: int) -> list[str]:
-    """One partition's range [0, end) read three ways in this process, outside Spark."""
+    """One partition's range [0, end) read in this process, outside Spark: a bare confluent-kafka
+    consume loop, then both of a task's readers, then the fetch reader under cProfile."""
     from confluent_kafka import Consumer, TopicPartition
 
     from odradek.spark import options as opt
     from odradek.spark.offsets import OffsetRange
-    from odradek.spark.source import RangePartition, client_config, read_range
+    from odradek.spark.task import RangePartition, read_consumed, read_fetched
 
     lines = []
     o = opt.parse({"kafka.bootstrap.servers": bootstrap, "subscribe": TOPIC})
 
-    def consume_all(touch: bool) -> tuple[int, float]:
-        """Consume partition 0 in batches of 8192; ``touch`` also calls the accessors a reader needs."""
-        c = Consumer(client_config(o.client))
-        c.assign([TopicPartition(TOPIC, 0, 0)])
-        n = 0
-        t0 = time.perf_counter()
-        while n < end and time.perf_counter() - t0 < 120:
-            for m in c.consume(num_messages=min(8192, end - n), timeout=1.0):
-                if m.error() is None:
-                    if touch:
-                        m.key(), m.value(), m.offset(), m.timestamp()
-                    n += 1
-        elapsed = time.perf_counter() - t0
-        c.close()
-        return n, elapsed
-
-    n, bare = consume_all(touch=False)
-    lines.append(f"bare confluent-kafka consume(8192) loop, error() check only: {n:,} rows in {bare:.2f} s "
+    c = Consumer(opt.consumer_config(o.client))
+    c.assign([TopicPartition(TOPIC, 0, 0)])
+    n = 0
+    t0 = time.perf_counter()
+    while n < end and time.perf_counter() - t0 < 120:
+        for m in c.consume(num_messages=min(8192, end - n), timeout=1.0):
+            if m.error() is None:
+                m.key(), m.value(), m.offset(), m.timestamp()
+                n += 1
+    bare = time.perf_counter() - t0
+    c.close()
+    lines.append(f"bare confluent-kafka consume(8192) loop + key/value/offset/timestamp: {n:,} rows in {bare:.2f} s "
                  f"= {n / bare:,.0f} rows/s")
-    n, acc = consume_all(touch=True)
-    lines.append(f"same, also calling key(), value(), offset(), timestamp():   {n:,} rows in {acc:.2f} s "
-                 f"= {n / acc:,.0f} rows/s")
 
     part = RangePartition(o.client, OffsetRange(TOPIC, 0, 0, end), False, True, o.poll_timeout_ms)
-    t0 = time.perf_counter()
-    n = sum(b.num_rows for b in read_range(part))
-    full = time.perf_counter() - t0
-    lines.append(f"odradek.spark.source.read_range (yields Arrow batches):      {n:,} rows in {full:.2f} s "
-                 f"= {n / full:,.0f} rows/s")
+    for name, reader in (("task.read_consumed (confluent-kafka, Arrow batches)", read_consumed),
+                         ("task.read_fetched (Fetch + bulk decode, warm-up)", read_fetched),
+                         ("task.read_fetched (Fetch + bulk decode)", read_fetched)):
+        t0 = time.perf_counter()
+        n = sum(b.num_rows for b in reader(part))
+        took = time.perf_counter() - t0
+        lines.append(f"{name + ':':<55} {n:,} rows in {took:.2f} s = {n / took:,.0f} rows/s")
 
     prof = cProfile.Profile()
     prof.enable()
-    n = sum(b.num_rows for b in read_range(part))
+    n = sum(b.num_rows for b in read_fetched(part))
     prof.disable()
     s = io.StringIO()
     st = pstats.Stats(prof, stream=s)
     total = sum(v[2] for v in st.stats.values())  # type: ignore[attr-defined]
-    lines.append(f"read_range under cProfile, self time (tottime) of {total:.2f} s, top {top}:")
+    lines.append(f"read_fetched under cProfile, self time (tottime) of {total:.2f} s, top {top}:")
     rows = sorted(st.stats.items(), key=lambda kv: kv[1][2], reverse=True)[:top]  # type: ignore[attr-defined]
     for (fname, line, func), v in rows:
         where = f"{Path(fname).name}:{line}" if fname != "~" else "builtin"

@@ -179,9 +179,12 @@ class PartitionFetcher:
         """Send the Fetch for ``offset`` now, so the broker works while the caller decodes."""
         if self._pending is None:
             try:
-                self._pending = (offset, self._leader().send(apis.FETCH, self._fetch_body(offset)))
+                self._send_fetch(offset)
             except OSError:
-                self.close()
+                self.close()  # fetch() will connect again and say what failed
+
+    def _send_fetch(self, offset: int) -> None:
+        self._pending = (offset, self._leader().send(apis.FETCH, self._fetch_body(offset)))
 
     def fetch(self, offset: int) -> Fetched:
         """Records from ``offset`` (whole batches; the first may start before it)."""
@@ -190,9 +193,8 @@ class PartitionFetcher:
                 if self._pending is not None and self._pending[0] != offset:
                     self.close()  # a prefetch for another offset: drop it with its connection
                 if self._pending is None:
-                    self.prefetch(offset)
-                if self._pending is None:
-                    raise ConnectionError("could not send the Fetch")
+                    self._send_fetch(offset)
+                assert self._pending is not None
                 sent = self._pending[1]
                 response = self._leader().receive(apis.FETCH, sent)
                 self._pending = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import struct
 from typing import Any
 
@@ -22,6 +23,7 @@ from odradek.protocol.records import (
 from odradek.spark import columnar
 
 TOPIC, PARTITION = "t", 3
+EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 blobs = st.one_of(st.none(), st.binary(max_size=40))
 headers = st.lists(st.tuples(st.text(max_size=6), st.one_of(st.none(), st.binary(max_size=8))), max_size=3)
@@ -72,7 +74,7 @@ def decoded_rows(data: bytes, lo: int, hi: int) -> list[dict[str, Any]]:
     assert batch.schema == columnar.arrow_schema(True)
     rows = batch.to_pylist()
     for row in rows:
-        row["timestamp"] = int(row["timestamp"].timestamp() * 1000)
+        row["timestamp"] = (row["timestamp"] - EPOCH) // datetime.timedelta(milliseconds=1)
     return rows
 
 
