@@ -25,8 +25,9 @@ What it does:
    bare confluent-kafka consume loop, with both of a task's readers (``odradek.spark.task``:
    ``read_consumed`` and ``read_fetched``), and ``read_fetched`` under cProfile (top functions).
 
-Each timed Spark query runs ``--trials`` times (the first also warms the JVM and the Python workers);
-the table shows the median, each trial is printed. Other CPU use (processes outside this benchmark's
+Each timed Spark query runs once untimed (warming the JVM's code paths, the Python workers and, for
+odradek, numba's compile cache), then ``--trials`` times; the table shows the median, each trial is
+printed. Other CPU use (processes outside this benchmark's
 process tree) is measured over the run and printed.
 """
 
@@ -68,6 +69,7 @@ TOPIC = "spark-bench"
 STREAM_TOPIC = "spark-bench-stream"
 VALUE_LEN = 100
 GOAL = 0.5
+WARMUP = 1  # untimed runs of each batch query before its trials
 
 
 def log(msg: str) -> None:
@@ -258,7 +260,12 @@ class Timed:
         return self.rows / s if s > 0 else float("nan")
 
 
-def timed(name: str, rows: int, trials: int, fn: Callable[[], None]) -> Timed:
+def timed(name: str, rows: int, trials: int, fn: Callable[[], None], warmup: int = WARMUP) -> Timed:
+    """``warmup`` untimed runs (JVM code paths, Python workers, numba's compile cache), then ``trials``."""
+    for i in range(warmup):
+        t0 = time.perf_counter()
+        fn()
+        log(f"  {name}: warm-up {i + 1}/{warmup}: {time.perf_counter() - t0:.2f} s (not counted)")
     t = Timed(name, rows)
     for i in range(trials):
         t0 = time.perf_counter()
@@ -490,7 +497,8 @@ def main() -> None:
     ap.add_argument("--cores", type=int, default=2, help="Spark local[N] (default 2)")
     ap.add_argument("--min-partitions", type=int, default=0,
                     help="minPartitions of the odradek read (default 2 x cores)")
-    ap.add_argument("--trials", type=int, default=3, help="runs of each timed batch query (default 3)")
+    ap.add_argument("--trials", type=int, default=5,
+                    help="timed runs of each batch query after its warm-up (default 5)")
     ap.add_argument("--batches", type=int, default=20, help="micro-batches measured per streaming query (default 20)")
     ap.add_argument("--trigger-ms", type=int, default=0, help="Trigger.processingTime in ms (default 0)")
     ap.add_argument("--trickle-rate", type=int, default=1000, help="records/s while streaming (default 1000)")
