@@ -15,8 +15,10 @@ What it does:
 2. Spark ``local[2]``: ``spark.read.format("odradek")...load()`` with ``minPartitions`` (default
    2 x cores) into ``selectExpr("count(*)", "sum(length(value))")`` -- an aggregation that has to touch
    every row, so neither side can answer from metadata -- and into Parquet (snappy, Spark's default).
-3. The Parquet written in 2 is Spark's baseline: the same rows, same schema. Spark reads it into the
-   same aggregation and into Parquet again. Ratio odradek/Parquet per query (goal in the issue: >= 0.5).
+3. The Parquet written once by an odradek read is Spark's baseline: the same rows, same schema. Spark
+   reads it into the same aggregation and into Parquet again. Ratio odradek/Parquet per query (goal
+   in the issue: >= 0.5). Beside them the ceiling of any Python data source (``_spark_ceiling.py``:
+   Arrow batches already in memory) into the same two queries.
 4. Streaming: a trivial query (``readStream`` -> ``noop`` sink, ``Trigger.processingTime`` of
    ``--trigger-ms``) over the odradek topic while a producer trickles ``--trickle-rate`` records/s,
    and the same query over Spark's built-in ``rate`` source at the same rate. Median/p90 of
