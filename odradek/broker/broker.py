@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from odradek.broker.config import BrokerConfig, default_log_config, merge_dynamic
 from odradek.broker.fetch_session import FetchSessionCache
 from odradek.broker.group_runtime import GroupRuntime
+from odradek.broker.producer_ids import ProducerIdAllocator
 from odradek.clock import SYSTEM_CLOCK, Clock
 from odradek.cluster.metadata import Topic, TopicRegistry
 from odradek.protocol.errors import (
@@ -34,6 +35,7 @@ from odradek.protocol.errors import (
 from odradek.storage.config import LogConfig
 from odradek.storage.log import AppendInfo, Log
 from odradek.storage.manager import LogManager
+from odradek.storage.producer_state import ProducerStateManager
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +52,11 @@ class Broker:
             topic_config=self.log_config_for,
             retention_check_interval_ms=config.retention_check_interval_ms,
             checkpoint_interval_ms=config.checkpoint_interval_ms,
+            producer_state_factory=lambda directory, name: ProducerStateManager(
+                directory, name, expiration_ms=config.producer_id_expiration_ms),
+            producer_expiration_check_interval_ms=config.producer_id_expiration_check_interval_ms,
         )
+        self.producer_ids = ProducerIdAllocator(config.log_dirs[0])
         self.topics: TopicRegistry | None = None
         # Topic defaults: server.properties plus the dynamic broker configs (set once the registry is read).
         self.log_defaults: LogConfig = config.log_config

@@ -121,6 +121,9 @@ KEYS: dict[str, Key] = {
         _k("offsets.retention.check.interval.ms", int, _GROUP.offsets_retention_check_interval_ms,
            "how often expired offsets are removed"),
         _k("offset.metadata.max.bytes", int, _GROUP.offset_metadata_max_bytes, "longest commit metadata string"),
+        _k("producer.id.expiration.ms", int, 86_400_000,
+           "an idempotent producer silent this long is forgotten by each partition"),
+        _k("producer.id.expiration.check.interval.ms", int, 600_000, "how often expired producer ids are removed"),
         _k("offsets.load.buffer.size", int, 5 * 1024 * 1024, "consumer offsets loading", True),
         _k("offsets.commit.timeout.ms", int, 5000, "consumer offsets commits (one replica)", True),
         _k("group.coordinator.rebalance.protocols", str, "classic", "group protocols (classic only)", True),
@@ -191,12 +194,15 @@ class BrokerConfig:
         self.flush_scheduler_interval_ms: int = values["log.flush.scheduler.interval.ms"]
         self.retention_check_interval_ms: int = values["log.retention.check.interval.ms"]
         self.checkpoint_interval_ms: int = values["log.flush.offset.checkpoint.interval.ms"]
+        self.producer_id_expiration_ms: int = values["producer.id.expiration.ms"]
+        self.producer_id_expiration_check_interval_ms: int = values["producer.id.expiration.check.interval.ms"]
         for key, minimum in (("num.partitions", 1), ("default.replication.factor", 1),
                              ("socket.request.max.bytes", 1), ("log.flush.scheduler.interval.ms", 1),
                              ("group.initial.rebalance.delay.ms", 0), ("group.min.session.timeout.ms", 1),
                              ("group.max.size", 1), ("offsets.topic.num.partitions", 1),
                              ("offsets.topic.segment.bytes", 1024), ("offsets.retention.minutes", 1),
-                             ("offsets.retention.check.interval.ms", 1), ("offset.metadata.max.bytes", 0)):
+                             ("offsets.retention.check.interval.ms", 1), ("offset.metadata.max.bytes", 0),
+                             ("producer.id.expiration.ms", 1), ("producer.id.expiration.check.interval.ms", 1)):
             if values[key] < minimum:
                 raise ConfigError(f"{key}={values[key]} is invalid: it must be >= {minimum}")
         if values["group.max.session.timeout.ms"] < values["group.min.session.timeout.ms"]:

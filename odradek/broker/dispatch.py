@@ -28,6 +28,7 @@ from odradek.broker.handlers import (
     metadata,
     offsets,
     produce,
+    producers,
     records_admin,
 )
 from odradek.protocol import apis, entities
@@ -63,6 +64,7 @@ HANDLERS: dict[int, Handler] = {
     apis.OFFSET_COMMIT: offsets.handle_offset_commit,
     apis.OFFSET_FETCH: offsets.handle_offset_fetch,
     apis.OFFSET_DELETE: offsets.handle_offset_delete,
+    apis.INIT_PRODUCER_ID: producers.handle_init_producer_id,
 }
 assert set(HANDLERS) == set(apis.SUPPORTED), "every advertised API needs a handler"
 

@@ -61,6 +61,7 @@ CREATE_PARTITIONS = 37
 DELETE_GROUPS = 42
 INCREMENTAL_ALTER_CONFIGS = 44
 OFFSET_DELETE = 47
+INIT_PRODUCER_ID = 22
 DESCRIBE_CLUSTER = 60
 
 SUPPORTED: dict[int, ApiRange] = _table(
@@ -89,6 +90,7 @@ SUPPORTED: dict[int, ApiRange] = _table(
     (OFFSET_DELETE, "OffsetDelete", 0, 0),
     (INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigs", 0, 1),
     (DESCRIBE_CLUSTER, "DescribeCluster", 0, 2),
+    (INIT_PRODUCER_ID, "InitProducerId", 0, 5),
 )
 
 

@@ -19,7 +19,7 @@ import bisect
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -35,16 +35,17 @@ from odradek.protocol.errors import (
 )
 
 __all__ = ["AppendInfo", "Log", "RecordListTooLargeError", "TimestampOffset", "parse_log_dir_name"]
-from odradek.protocol.records import decode_records
+from odradek.protocol.records import decode_records, iter_batches
 from odradek.storage.config import LogConfig
 from odradek.storage.leader_epoch import LeaderEpochCache
-from odradek.storage.producer_state import NoProducerState, ProducerStateHook
+from odradek.storage.producer_state import DuplicateBatch, NoProducerState, ProducerStateHook
 from odradek.storage.segment import DELETED_SUFFIX, LOG_SUFFIX, FileRegion, LogSegment
 
 log = logging.getLogger(__name__)
 
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 _MAX_IOVEC = 1024  # IOV_MAX on Linux: buffers one pwritev call accepts
+_HEADER_SCAN_BYTES = 1 << 20  # chunk read while rebuilding producer state
 
 
 class AppendInfo(NamedTuple):
@@ -152,18 +153,19 @@ class Log:
         now = clock.milliseconds()
         if not bases:
             first = LogSegment.create(directory, max(log_start_offset, 0), config, now_ms=now)
-            return cls(
+            fresh = cls(
                 directory, topic, partition, config, [first], clock=clock,
                 log_start_offset=first.base_offset, recovery_point=first.base_offset,
                 high_watermark=first.base_offset, producer_state=producer_state, schedule=schedule,
             )
+            producer_state.load(fresh.log_start_offset, fresh.next_offset, fresh.batch_headers)
+            return fresh
         segments = [LogSegment(directory, b, config, now_ms=now) for b in bases]
-        producer_state.load_snapshot(recovery_point if not clean_shutdown else -1)
         if clean_shutdown:
             for seg in segments:
                 seg.load_clean()
         else:
-            segments = cls._recover(directory, segments, recovery_point, producer_state)
+            segments = cls._recover(directory, segments, recovery_point)
         segments[-1].make_active()
         opened = cls(
             directory, topic, partition, config, segments, clock=clock,
@@ -172,11 +174,12 @@ class Log:
         )
         if not clean_shutdown:
             opened.flush()
+        producer_state.load(opened.log_start_offset, opened.next_offset, opened.batch_headers)
         return opened
 
     @staticmethod
     def _recover(
-        directory: Path, segments: list[LogSegment], recovery_point: int, producer_state: ProducerStateHook
+        directory: Path, segments: list[LogSegment], recovery_point: int
     ) -> list[LogSegment]:
         kept: list[LogSegment] = []
         for i, seg in enumerate(segments):
@@ -185,7 +188,7 @@ class Log:
                 seg.load_clean()
                 kept.append(seg)
                 continue
-            cut = seg.recover(producer_state.on_recovered_batch)
+            cut = seg.recover()
             kept.append(seg)
             if cut:
                 log.warning("%s: cut %d invalid bytes from the tail of %s", directory.name, cut, seg.log_path.name)
@@ -257,7 +260,11 @@ class Log:
             now = self.clock.milliseconds()
             if not cfg.log_append_time and assign_offsets:
                 self._check_timestamps(headers, now)
-            self.producer_state.validate_append(headers)
+            try:
+                self.producer_state.validate_append(headers)
+            except DuplicateBatch as dup:  # a retry whose first response was lost: the original offsets
+                return AppendInfo(dup.first_offset, dup.last_offset, dup.timestamp if cfg.log_append_time else -1,
+                                  dup.timestamp, 0, 0)
             if assign_offsets:
                 headers = self._assign_offsets(targets, headers, leader_epoch, now)
             else:
@@ -381,6 +388,24 @@ class Log:
             return new
 
     # -- reading ---------------------------------------------------------------------------------
+
+    def batch_headers(self, from_offset: int) -> Iterator[rb.BatchHeader]:
+        """Headers of the batches from the one holding ``from_offset`` to the log end (rebuilding
+        producer state). Reads whole chunks of the segment files; batches are CRC-checked."""
+        offset = max(from_offset, self.log_start_offset)
+        end = self.next_offset
+        while offset < end:
+            region = self.read(offset, _HEADER_SCAN_BYTES)
+            if region is None:
+                return
+            data = region.read_bytes()
+            last = None
+            for _pos, header in iter_batches(data, allow_partial_tail=True):
+                last = header
+                yield header
+            if last is None or last.next_offset <= offset:
+                return
+            offset = last.next_offset
 
     def _check_range(self, offset: int) -> None:
         if offset < self.log_start_offset or offset > self.next_offset:
@@ -524,7 +549,7 @@ class Log:
                 self.log_start_offset = new_start
                 self.recovery_point = max(self.recovery_point, new_start)
             self.leader_epochs.truncate_from_start(self.log_start_offset)
-            self.producer_state.truncate(self.log_start_offset, self.next_offset)
+            self.producer_state.truncate(self.log_start_offset, self.next_offset, self.batch_headers)
             for seg in deleted:
                 log.info("%s: deleting segment %s by retention", self.name, seg.log_path.name)
                 seg.mark_deleted()
@@ -556,7 +581,7 @@ class Log:
             if offset > self.log_start_offset:
                 self.log_start_offset = offset
                 self.leader_epochs.truncate_from_start(offset)
-                self.producer_state.truncate(offset, self.next_offset)
+                self.producer_state.truncate(offset, self.next_offset, self.batch_headers)
         self.delete_retained_segments(only_below_log_start=True)
         return self.log_start_offset
 
@@ -606,7 +631,13 @@ class Log:
         self.high_watermark = min(max(self.high_watermark, self.log_start_offset), self.next_offset)
         self.recovery_point = min(self.recovery_point, self.next_offset)
         self.leader_epochs.truncate_from_end(self.next_offset)
-        self.producer_state.truncate(self.log_start_offset, self.next_offset)
+        self.producer_state.truncate(self.log_start_offset, self.next_offset, self.batch_headers)
+
+    def remove_expired_producers(self, now_ms: int) -> None:
+        with self._lock:
+            gone = self.producer_state.remove_expired(now_ms)
+        if gone:
+            log.info("%s: forgot %d producer id(s) silent past producer.id.expiration.ms", self.name, gone)
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -614,6 +645,7 @@ class Log:
         with self._lock:
             if self.closed:
                 return
+            self.producer_state.take_snapshot(self.next_offset)
             self.closed = True
             for seg in self._segments:
                 seg.close()

@@ -70,7 +70,8 @@ class LogManager:
         *,
         clock: Clock = SYSTEM_CLOCK,
         topic_config: Callable[[str], LogConfig] | None = None,
-        producer_state_factory: Callable[[str, int], ProducerStateHook] | None = None,
+        producer_state_factory: Callable[[Path, str], ProducerStateHook] | None = None,
+        producer_expiration_check_interval_ms: int = 600_000,
         retention_check_interval_ms: int = 5 * MINUTES,
         checkpoint_interval_ms: int = 1 * MINUTES,
         background_flush: bool = True,
@@ -82,6 +83,8 @@ class LogManager:
         self.clock = clock
         self._topic_config = topic_config
         self._producer_state_factory = producer_state_factory
+        self.producer_expiration_check_interval_ms = producer_expiration_check_interval_ms
+        self._last_producer_expiration_ms = clock.milliseconds()
         self.retention_check_interval_ms = retention_check_interval_ms
         self.checkpoint_interval_ms = checkpoint_interval_ms
         self._logs: dict[TopicPartition, Log] = {}
@@ -126,7 +129,7 @@ class LogManager:
                     recovery_point=recovery.get(tp, 0),
                     log_start_offset=starts.get(tp, 0),
                     high_watermark=hws.get(tp, 0),
-                    producer_state=self._producer_state(tp),
+                    producer_state=self._producer_state(sub),
                     schedule=self._schedule,
                 )
                 self._dir_of[tp] = d
@@ -163,8 +166,9 @@ class LogManager:
             os.close(fd)
         self._locks.clear()
 
-    def _producer_state(self, tp: TopicPartition) -> ProducerStateHook | None:
-        return self._producer_state_factory(*tp) if self._producer_state_factory else None
+    def _producer_state(self, directory: Path) -> ProducerStateHook | None:
+        """The producer state of the log in ``directory`` (named ``<topic>-<partition>``)."""
+        return self._producer_state_factory(directory, directory.name) if self._producer_state_factory else None
 
     def _schedule(self, task: Callable[[], None]) -> None:
         if self._executor is None:
@@ -205,7 +209,7 @@ class LogManager:
                 d / f"{topic}-{partition}",
                 config or self.config_for(topic),
                 clock=self.clock,
-                producer_state=self._producer_state(tp),
+                producer_state=self._producer_state(d / f"{topic}-{partition}"),
                 schedule=self._schedule,
             )
             self._logs[tp] = created
@@ -255,6 +259,10 @@ class LogManager:
                 log.exception("periodic maintenance of %s failed", lg.name)
         if retention_due:
             self._last_retention_ms = now
+        if now - self._last_producer_expiration_ms >= self.producer_expiration_check_interval_ms:
+            self._last_producer_expiration_ms = now
+            for lg in self.logs():
+                lg.remove_expired_producers(now)
         if now - self._last_checkpoint_ms >= self.checkpoint_interval_ms:
             self.checkpoint()
 
