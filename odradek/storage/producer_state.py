@@ -215,7 +215,7 @@ class ProducerStateManager:
     def remove_expired(self, now_ms: int) -> int:
         """Forget producers silent for longer than ``producer.id.expiration.ms``; how many went."""
         gone = [pid for pid, e in self.producers.items()
-                if e.current_txn_first_offset < 0 and now_ms - e.last_timestamp > self.expiration_ms]
+                if e.current_txn_first_offset < 0 and now_ms - e.last_timestamp >= self.expiration_ms]
         for pid in gone:
             del self.producers[pid]
         return len(gone)
