@@ -12,8 +12,9 @@ chooses a partition assignor and ``auto.offset.reset``, commits manually or auto
 committed offsets and their metadata back, reports its assignment and the rebalance callbacks the
 library made, and closes with or without LeaveGroup where the library allows. Running this module
 (``python -m tests.compat.clients member ...``) runs one group member in a process of its own, for
-tests that kill a member with SIGKILL. Producers never ask for idempotence (kafka-python 3.x
-enables it by default). Every call is bounded by a timeout; an expired one raises ``TimeoutError``.
+tests that kill a member with SIGKILL. Producers ask for idempotence only when a test says so
+(``idempotent=True``; kafka-python 3.x would enable it by default). Every call is bounded by a
+timeout; an expired one raises ``TimeoutError``.
 """
 
 from __future__ import annotations
@@ -180,7 +181,8 @@ class Client(ABC):
     # -- data path -------------------------------------------------------------------------------
 
     @abstractmethod
-    def producer(self, *, compression: str = "none", acks: int = -1, retries: bool = True) -> Producer: ...
+    def producer(self, *, compression: str = "none", acks: int = -1, retries: bool = True,
+                 idempotent: bool = False) -> Producer: ...
 
     @abstractmethod
     def consumer(self, topic: str, partitions: Sequence[int], start: int | str = EARLIEST, *,
@@ -296,14 +298,14 @@ def _deadline(timeout: float) -> float:
 
 
 class _ConfluentProducer(Producer):
-    def __init__(self, bootstrap: str, compression: str, acks: int, retries: bool) -> None:
+    def __init__(self, bootstrap: str, compression: str, acks: int, retries: bool, idempotent: bool) -> None:
         import confluent_kafka
 
         self._p = confluent_kafka.Producer({
             "bootstrap.servers": bootstrap,
             "acks": str(acks),
             "compression.type": compression,
-            "enable.idempotence": False,
+            "enable.idempotence": idempotent,
             "linger.ms": 5,
             "retries": 5 if retries else 0,
             "message.timeout.ms": 30000,
@@ -492,8 +494,9 @@ class ConfluentClient(Client):
             self._admin = AdminClient({"bootstrap.servers": self.bootstrap})
         return self._admin
 
-    def producer(self, *, compression: str = "none", acks: int = -1, retries: bool = True) -> Producer:
-        return _ConfluentProducer(self.bootstrap, compression, acks, retries)
+    def producer(self, *, compression: str = "none", acks: int = -1, retries: bool = True,
+                 idempotent: bool = False) -> Producer:
+        return _ConfluentProducer(self.bootstrap, compression, acks, retries, idempotent)
 
     def consumer(self, topic: str, partitions: Sequence[int], start: int | str = EARLIEST, *,
                  max_bytes: int | None = None) -> Consumer:
@@ -638,14 +641,14 @@ class ConfluentClient(Client):
 
 
 class _KafkaPythonProducer(Producer):
-    def __init__(self, bootstrap: str, compression: str, acks: int, retries: bool) -> None:
+    def __init__(self, bootstrap: str, compression: str, acks: int, retries: bool, idempotent: bool) -> None:
         from kafka import KafkaProducer
 
         self._p = KafkaProducer(
             bootstrap_servers=bootstrap,
             acks="all" if acks == -1 else acks,
             compression_type=None if compression == "none" else compression,
-            enable_idempotence=False,  # InitProducerId is not implemented yet
+            enable_idempotence=idempotent,
             linger_ms=5,
             retries=5 if retries else 0,
             request_timeout_ms=10000,
@@ -814,8 +817,9 @@ class KafkaPythonClient(Client):
             self._admin.close()
             self._admin = None
 
-    def producer(self, *, compression: str = "none", acks: int = -1, retries: bool = True) -> Producer:
-        return _KafkaPythonProducer(self.bootstrap, compression, acks, retries)
+    def producer(self, *, compression: str = "none", acks: int = -1, retries: bool = True,
+                 idempotent: bool = False) -> Producer:
+        return _KafkaPythonProducer(self.bootstrap, compression, acks, retries, idempotent)
 
     def consumer(self, topic: str, partitions: Sequence[int], start: int | str = EARLIEST, *,
                  max_bytes: int | None = None) -> Consumer:
@@ -935,17 +939,17 @@ class KafkaPythonClient(Client):
 
 
 class _AioProducer(Producer):
-    def __init__(self, client: AiokafkaClient, compression: str, acks: int) -> None:
+    def __init__(self, client: AiokafkaClient, compression: str, acks: int, idempotent: bool = False) -> None:
         from aiokafka import AIOKafkaProducer
 
         self._run = client.run
-        self._p = self._run(self._start(AIOKafkaProducer, client.bootstrap, compression, acks))
+        self._p = self._run(self._start(AIOKafkaProducer, client.bootstrap, compression, acks, idempotent))
 
     @staticmethod
-    async def _start(cls: Any, bootstrap: str, compression: str, acks: int) -> Any:
+    async def _start(cls: Any, bootstrap: str, compression: str, acks: int, idempotent: bool) -> Any:
         p = cls(bootstrap_servers=bootstrap, acks="all" if acks == -1 else acks,
                 compression_type=None if compression == "none" else compression, linger_ms=5,
-                enable_idempotence=False, request_timeout_ms=10000)
+                enable_idempotence=idempotent, request_timeout_ms=10000)
         await p.start()
         return p
 
@@ -1171,8 +1175,9 @@ class AiokafkaClient(Client):
             self._admin = self.run(start())
         return self._admin
 
-    def producer(self, *, compression: str = "none", acks: int = -1, retries: bool = True) -> Producer:
-        return _AioProducer(self, compression, acks)
+    def producer(self, *, compression: str = "none", acks: int = -1, retries: bool = True,
+                 idempotent: bool = False) -> Producer:
+        return _AioProducer(self, compression, acks, idempotent)
 
     def consumer(self, topic: str, partitions: Sequence[int], start: int | str = EARLIEST, *,
                  max_bytes: int | None = None) -> Consumer:
