@@ -118,12 +118,13 @@ def _cores(cpu: float, secs: float) -> float:
 
 
 def produce_once(tool: PerfTool, broker: Broker, size: int, acks: str, count: int, max_seconds: float,
-                 scratch: Path) -> Run:
+                 scratch: Path, *, idempotent: bool = False) -> Run:
     settle()
     prewarm(scratch, int(count * (size + 40) * 1.1) + 64 * MiB)
     cpu0 = broker.cpu()
     r = run_perf(tool, ["-P", "-t", TOPIC, "-p", "0", "-b", broker.bootstrap, "-s", str(size), "-c", str(count),
-                        "-a", acks, "-X", "enable.idempotence=false", "-X", "linger.ms=5"], max_seconds)
+                        "-a", acks, "-X", f"enable.idempotence={str(idempotent).lower()}", "-X", "linger.ms=5"],
+                 max_seconds)
     cpu = broker.cpu() - cpu0
     failed = re.findall(r"(\d+) failed\)", r.output)
     if failed and int(failed[-1]):
