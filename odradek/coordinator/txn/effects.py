@@ -24,13 +24,12 @@ coordinator only stores and returns it); payload types are in ``replies.py``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from odradek.coordinator.group import effects as base
 from odradek.coordinator.group.model import Ticket
 from odradek.coordinator.txn.records import TxnKey, TxnValue
-from odradek.protocol.errors import ErrorCode
 
 Reply = tuple[Ticket, Any]
 Record = tuple[TxnKey, TxnValue | None]
@@ -50,31 +49,20 @@ class TxnMarkers:
 
 
 @dataclass(slots=True)
-class Write:
-    partition: int
-    records: list[Record]
-    replies: list[Reply] = field(default_factory=list)
-    on_failure: Callable[[ErrorCode], list[Reply]] | None = None
-    markers: list[TxnMarkers] = field(default_factory=list)  # started once the records are durable
+class Write(base.Write):
+    """The group coordinator's write (records, replies, on_failure), plus markers to start once durable."""
+
+    markers: list[TxnMarkers] = field(default_factory=list)
 
 
 @dataclass(slots=True)
-class Effects:
-    replies: list[Reply] = field(default_factory=list)
-    writes: list[Write] = field(default_factory=list)
-    markers: list[TxnMarkers] = field(default_factory=list)  # start now
-    warnings: list[str] = field(default_factory=list)  # worth a WARNING line in the broker's log
-    notes: list[str] = field(default_factory=list)  # routine housekeeping, logged at INFO
+class Effects(base.Effects):
+    """The group coordinator's effects, plus markers to start now."""
 
-    def add(self, other: Effects) -> Effects:
-        self.replies.extend(other.replies)
-        self.writes.extend(other.writes)
-        self.markers.extend(other.markers)
-        self.warnings.extend(other.warnings)
-        self.notes.extend(other.notes)
-        return self
+    markers: list[TxnMarkers] = field(default_factory=list)
 
-    def reply(self, ticket: Ticket | None, payload: Any) -> Effects:
-        if ticket is not None:
-            self.replies.append((ticket, payload))
+    def add(self, other: base.Effects) -> Effects:
+        base.Effects.add(self, other)  # (zero-argument super() fails in slots dataclasses on 3.11)
+        if isinstance(other, Effects):
+            self.markers.extend(other.markers)
         return self

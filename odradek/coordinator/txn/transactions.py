@@ -51,6 +51,14 @@ class TransactionOps(Transitions):
             return E.PRODUCER_FENCED, None
         return None, meta
 
+    def _writable(self, transactional_id: str, producer_id: int,
+                  producer_epoch: int) -> tuple[ErrorCode | None, TxnMetadata | None]:
+        """``_producer_error``, and CONCURRENT_TRANSACTIONS while a write of this id is in flight."""
+        error, meta = self._producer_error(transactional_id, producer_id, producer_epoch)
+        if error is None and transactional_id in self.pending:
+            return E.CONCURRENT_TRANSACTIONS, meta
+        return error, meta
+
     # -- AddPartitionsToTxn / AddOffsetsToTxn -------------------------------------------------------
 
     def add_partitions(self, ticket: Ticket, transactional_id: str, producer_id: int, producer_epoch: int,
@@ -58,9 +66,7 @@ class TransactionOps(Transitions):
                        now: int) -> Effects:
         """AddPartitionsToTxn for one transaction; the reply is an ``ErrorCode`` for all its partitions."""
         fx = Effects()
-        error, meta = self._producer_error(transactional_id, producer_id, producer_epoch)
-        if error is None and transactional_id in self.pending:
-            error = E.CONCURRENT_TRANSACTIONS
+        error, meta = self._writable(transactional_id, producer_id, producer_epoch)
         if error is not None or meta is None:
             return fx.reply(ticket, error)
         wanted = frozenset(partitions)
@@ -105,9 +111,7 @@ class TransactionOps(Transitions):
                 now: int) -> Effects:
         """EndTxn (transaction version 1); the reply is an ``ErrorCode``."""
         fx = Effects()
-        error, meta = self._producer_error(transactional_id, producer_id, producer_epoch)
-        if error is None and transactional_id in self.pending:
-            error = E.CONCURRENT_TRANSACTIONS
+        error, meta = self._writable(transactional_id, producer_id, producer_epoch)
         if error is not None or meta is None:
             return fx.reply(ticket, error)
         state = meta.state

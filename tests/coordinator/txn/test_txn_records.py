@@ -23,19 +23,7 @@ from odradek.coordinator.txn.records import (
     encode_value,
     partition_for,
 )
-
-
-def i16(v: int) -> bytes:
-    return v.to_bytes(2, "big", signed=True)
-
-
-def i32(v: int) -> bytes:
-    return v.to_bytes(4, "big", signed=True)
-
-
-def i64(v: int) -> bytes:
-    return v.to_bytes(8, "big", signed=True)
-
+from tests.coordinator.test_records import i16, i32, i64
 
 KEY = TxnKey("txn-1")
 KEY_BYTES = i16(0) + i16(5) + b"txn-1"
