@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from odradek.protocol import apis, entities
 from odradek.protocol.errors import ErrorCode
@@ -33,6 +34,7 @@ from odradek.protocol.frame import SIZE
 
 WANTED = {apis.FETCH: (4, 12), apis.METADATA: (1, 12), apis.LIST_OFFSETS: (1, 7)}
 EARLIEST, LATEST = -2, -1
+T = TypeVar("T")
 # errors after which the leader is looked up again and the request retried
 RETRIABLE = frozenset({
     ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
@@ -188,32 +190,23 @@ class PartitionFetcher:
 
     def fetch(self, offset: int) -> Fetched:
         """Records from ``offset`` (whole batches; the first may start before it)."""
-        for attempt in range(self.settings.max_retries + 1):
-            try:
-                if self._pending is not None and self._pending[0] != offset:
-                    self.close()  # a prefetch for another offset: drop it with its connection
-                if self._pending is None:
-                    self._send_fetch(offset)
-                assert self._pending is not None
-                sent = self._pending[1]
-                response = self._leader().receive(apis.FETCH, sent)
-                self._pending = None
-                data = self._partition_data(response)
-                if response.error_code != ErrorCode.NONE:
-                    raise FetchError(f"{self.topic}-{self.partition}: Fetch failed with "
-                                     f"{ErrorCode(response.error_code).name}")
-                if data.error_code in RETRIABLE and attempt < self.settings.max_retries:
-                    self._retry_later(attempt)
-                    continue
-                return Fetched(int(data.error_code), int(data.high_watermark), int(data.log_start_offset),
-                               data.records)
-            except (OSError, ValueError) as exc:
-                self.close()
-                if attempt >= self.settings.max_retries:
-                    raise FetchError(f"{self.topic}-{self.partition}: fetching offset {offset} failed "
-                                     f"{attempt + 1} times; last: {exc}") from exc
-                self._retry_later(attempt)
-        raise AssertionError("unreachable")
+        def once(last: bool) -> Fetched | None:
+            if self._pending is not None and self._pending[0] != offset:
+                self.close()  # a prefetch for another offset: drop it with its connection
+            if self._pending is None:
+                self._send_fetch(offset)
+            assert self._pending is not None
+            response = self._leader().receive(apis.FETCH, self._pending[1])
+            self._pending = None
+            data = self._partition_data(response)
+            if response.error_code != ErrorCode.NONE:
+                raise FetchError(f"{self.topic}-{self.partition}: Fetch failed with "
+                                 f"{ErrorCode(response.error_code).name}")
+            if data.error_code in RETRIABLE and not last:
+                return None
+            return Fetched(int(data.error_code), int(data.high_watermark), int(data.log_start_offset), data.records)
+
+        return self._retrying(f"fetching offset {offset}", once)
 
     def _fetch_body(self, offset: int) -> dict[str, Any]:
         s = self.settings
@@ -239,22 +232,35 @@ class PartitionFetcher:
         """The offset ListOffsets gives for ``timestamp`` (EARLIEST / LATEST or milliseconds)."""
         body = {"replica_id": -1, "isolation_level": 0, "topics": [{"name": self.topic, "partitions": [
             {"partition_index": self.partition, "current_leader_epoch": -1, "timestamp": timestamp}]}]}
+
+        def once(last: bool) -> int | None:
+            part = self._leader().call(apis.LIST_OFFSETS, body).topics[0].partitions[0]
+            if part.error_code in RETRIABLE and not last:
+                return None
+            if part.error_code != ErrorCode.NONE:
+                raise FetchError(f"{self.topic}-{self.partition}: ListOffsets failed with "
+                                 f"{ErrorCode(part.error_code).name}")
+            return int(part.offset)
+
+        return self._retrying("ListOffsets", once)
+
+    def _retrying(self, what: str, once: Callable[[bool], T | None]) -> T:
+        """``once(last_attempt)`` until it gives a result: None (a retriable error answer) or a lost
+        connection or malformed response means back off, look the leader up again and retry, at most
+        ``max_retries`` times; then the last connection error is a ``FetchError``."""
         for attempt in range(self.settings.max_retries + 1):
+            last = attempt >= self.settings.max_retries
             try:
-                response = self._leader().call(apis.LIST_OFFSETS, body)
-                part = response.topics[0].partitions[0]
-                if part.error_code in RETRIABLE and attempt < self.settings.max_retries:
-                    self._retry_later(attempt)
-                    continue
-                if part.error_code != ErrorCode.NONE:
-                    raise FetchError(f"{self.topic}-{self.partition}: ListOffsets failed with "
-                                     f"{ErrorCode(part.error_code).name}")
-                return int(part.offset)
+                result = once(last)
             except (OSError, ValueError, IndexError) as exc:
                 self.close()
-                if attempt >= self.settings.max_retries:
-                    raise FetchError(f"{self.topic}-{self.partition}: ListOffsets failed: {exc}") from exc
-                self._retry_later(attempt)
+                if last:
+                    raise FetchError(f"{self.topic}-{self.partition}: {what} failed {attempt + 1} times; "
+                                     f"last: {exc}") from exc
+                result = None
+            if result is not None:
+                return result
+            self._retry_later(attempt)
         raise AssertionError("unreachable")
 
     # -- the leader --------------------------------------------------------------------------
