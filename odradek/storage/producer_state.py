@@ -289,13 +289,11 @@ class ProducerStateManager:
             if loaded is not None:
                 self.producers, start = loaded, offset
                 break
-        self.applied_end = start
         if start < log_end:
             for h in headers_from(start):
                 if h.base_offset >= log_end:
                     break
                 self._apply(h)
-                self.applied_end = h.next_offset
         self.applied_end = log_end
 
     def truncate(self, log_start: int, log_end: int, headers_from: HeadersFrom) -> None:
