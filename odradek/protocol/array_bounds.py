@@ -1,0 +1,186 @@
+"""A guard run before kio decodes a request: no compact array may announce a count above 32 bits.
+
+kio 0.6.5's native compact-array reader reserves room for the announced item count before it reads
+any item. A count that fits 32 bits is checked against the buffer, but a 5-byte varint whose value
+needs more than 32 bits (a 6-byte body such as ``ce e7 a9 a7 17``) makes it ask the allocator for
+tens of gigabytes, and the process aborts -- one malformed frame would kill the broker. Kafka's own
+varints hold 32 bits, so no client sends such a count.
+
+``check(request_class, buffer, offset)`` walks the body by its schema (kio's generated dataclasses:
+field order, ``kafka_type`` and ``tag`` metadata, ``__flexible__``) and raises ``ArrayBoundsError``
+for an array whose count varint exceeds 32 bits or announces more items than bytes remain (every
+item takes at least one byte). It reads lengths only; whatever else is wrong with the body is left to
+kio, which raises on it. A body it cannot follow (a type it does not know, a truncated field) ends
+the walk silently: kio then reports that input as malformed.
+
+``needs_check(buffer, offset)`` is the cheap pre-test: a varint above 32 bits has four bytes with
+the continuation bit followed by a fifth of 0x10 or more; without that pattern anywhere in the body
+no count can be too large, and the walk is skipped (so the hot path pays one regex scan in C).
+
+Invariant: never raises for a body that kio encoded (tests round-trip every supported request).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import struct
+import typing
+from functools import cache
+
+_LONG_VARINT = re.compile(rb"[\x80-\xff]{4}[\x10-\x7f]")
+_FIXED = {"int8": 1, "uint8": 1, "bool": 1, "int16": 2, "uint16": 2, "error_code": 2, "int32": 4, "uint32": 4,
+          "timedelta_i32": 4, "int64": 8, "uint64": 8, "float64": 8, "timedelta_i64": 8, "datetime_i64": 8,
+          "uuid": 16}
+_I8 = struct.Struct(">b")
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+
+
+class ArrayBoundsError(ValueError):
+    """An array count no valid request can carry."""
+
+
+class _Stop(Exception):
+    """The walk cannot go on (truncated or unknown input): leave the verdict to kio."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Field:
+    name: str
+    kafka_type: str | None
+    nested: type | None
+    is_array: bool
+    nullable: bool
+    tag: int | None
+
+
+@cache
+def _fields(cls: type) -> tuple[_Field, ...]:
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        args = typing.get_args(hint)
+        nullable = type(None) in args
+        if nullable:
+            hint = next(a for a in args if a is not type(None))
+            args = typing.get_args(hint)
+        is_array = typing.get_origin(hint) is tuple
+        inner = args[0] if is_array and args else hint
+        nested = inner if dataclasses.is_dataclass(inner) else None
+        out.append(_Field(f.name, f.metadata.get("kafka_type"), nested, is_array, nullable, f.metadata.get("tag")))
+    return tuple(out)
+
+
+def needs_check(buffer: bytes | bytearray | memoryview, offset: int = 0) -> bool:
+    return _LONG_VARINT.search(buffer, offset) is not None
+
+
+def check(request_class: type, buffer: bytes | bytearray | memoryview, offset: int = 0) -> None:
+    """Raise ``ArrayBoundsError`` if an array of the body at ``offset`` announces an impossible count."""
+    try:
+        _Walker(buffer).entity(request_class, offset, len(buffer))
+    except _Stop:
+        pass
+
+
+class _Walker:
+    def __init__(self, buf: bytes | bytearray | memoryview) -> None:
+        self.buf = buf
+
+    def uvarint(self, pos: int, end: int) -> tuple[int, int]:
+        value = shift = 0
+        for i in range(5):
+            if pos + i >= end:
+                raise _Stop
+            b = self.buf[pos + i]
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return value, pos + i + 1
+            shift += 7
+        raise _Stop  # longer than 5 bytes: kio refuses it
+
+    def fixed(self, fmt: struct.Struct, pos: int, end: int) -> tuple[int, int]:
+        if pos + fmt.size > end:
+            raise _Stop
+        return fmt.unpack_from(self.buf, pos)[0], pos + fmt.size
+
+    def count(self, flexible: bool, pos: int, end: int, what: str) -> tuple[int, int]:
+        """An array's item count (-1 for null) and the position after it; raises for impossible counts."""
+        if flexible:
+            n, after = self.uvarint(pos, end)
+            if n > 0xFFFFFFFF:
+                raise ArrayBoundsError(f"array {what} announces {n - 1} items: longer than a 32-bit count")
+            n -= 1
+        else:
+            n, after = self.fixed(_I32, pos, end)
+        if n > end - after:
+            raise ArrayBoundsError(f"array {what} announces {n} items but only {end - after} bytes follow")
+        return n, after
+
+    def entity(self, cls: type, pos: int, end: int) -> int:
+        flexible = bool(getattr(cls, "__flexible__", False))
+        tagged: dict[int, _Field] = {}
+        for f in _fields(cls):
+            if f.tag is not None:
+                tagged[f.tag] = f
+                continue
+            pos = self.field(f, flexible, pos, end)
+        if flexible:
+            pos = self.tagged_section(tagged, pos, end)
+        return pos
+
+    def tagged_section(self, known: dict[int, _Field], pos: int, end: int) -> int:
+        n, pos = self.uvarint(pos, end)
+        for _ in range(min(n, end - pos)):
+            tag, pos = self.uvarint(pos, end)
+            size, pos = self.uvarint(pos, end)
+            if pos + size > end:
+                raise _Stop
+            f = known.get(tag)
+            if f is not None and (f.is_array or f.nested is not None):
+                self.field(f, True, pos, pos + size)
+            pos += size
+        return pos
+
+    def field(self, f: _Field, flexible: bool, pos: int, end: int) -> int:
+        if f.is_array:
+            n, pos = self.count(flexible, pos, end, f.name)
+            for _ in range(max(n, 0)):
+                pos = self.entity(f.nested, pos, end) if f.nested is not None else self.scalar(f, flexible, pos, end)
+            return pos
+        if f.nested is not None:
+            if f.nullable:
+                marker, pos = self.fixed(_I8, pos, end)
+                if marker < 0:
+                    return pos
+            return self.entity(f.nested, pos, end)
+        return self.scalar(f, flexible, pos, end)
+
+    def scalar(self, f: _Field, flexible: bool, pos: int, end: int) -> int:
+        kt = f.kafka_type
+        size = _FIXED.get(kt or "")
+        if size is not None:
+            if pos + size > end:
+                raise _Stop
+            return pos + size
+        if kt == "string":
+            if flexible:
+                n, pos = self.uvarint(pos, end)
+                n -= 1
+            else:
+                n, pos = self.fixed(_I16, pos, end)
+        elif kt in ("bytes", "records"):
+            if flexible:
+                n, pos = self.uvarint(pos, end)
+                n -= 1
+            else:
+                n, pos = self.fixed(_I32, pos, end)
+        else:
+            raise _Stop  # a type this walk does not know: let kio decide
+        if n > 0:
+            if pos + n > end:
+                raise _Stop
+            pos += n
+        return pos
