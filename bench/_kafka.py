@@ -96,6 +96,49 @@ _RATE_PATCH = """if (rate_sleep) {
                                         usleep((useconds_t)(sched - now_));"""
 
 
+# Transactions (bench/producer_modes.py): with BENCH_TXN_MS set in its environment (and
+# -X transactional.id=...), the producer runs init_transactions before its clock starts, then commits
+# and begins a new transaction every BENCH_TXN_MS milliseconds of producing, and commits the last
+# one before waiting for deliveries. commit_transaction waits for the transaction's records, as every
+# client's does; that wait is part of what the benchmark measures.
+_TXN_CHECK = """
+#define BENCH_TXN_CHECK(call) do { rd_kafka_error_t *e_ = (call); if (e_) { \\
+        fprintf(stderr, "%% " #call ": %s\\n", rd_kafka_error_string(e_)); exit(1); } } while (0)
+"""
+_TXN_START = (
+    "rkt = rd_kafka_topic_new(rk, topic, NULL);\n",
+    """rkt = rd_kafka_topic_new(rk, topic, NULL);
+                /* bench patch: transactions */
+                const char *txn_env = getenv("BENCH_TXN_MS");
+                rd_ts_t txn_us = txn_env ? (rd_ts_t)atoi(txn_env) * 1000 : 0;
+                rd_ts_t txn_next = 0;
+                long txn_count = 0;
+                if (txn_us) {
+                        BENCH_TXN_CHECK(rd_kafka_init_transactions(rk, 60000));
+                        BENCH_TXN_CHECK(rd_kafka_begin_transaction(rk));
+                        txn_next = rd_clock() + txn_us;
+                }
+""")
+_TXN_EVERY = (
+    "cnt.bytes += msgsize;\n",
+    """cnt.bytes += msgsize;
+                        if (txn_us && rd_clock() >= txn_next) { /* bench patch */
+                                BENCH_TXN_CHECK(rd_kafka_commit_transaction(rk, 60000));
+                                txn_count++;
+                                BENCH_TXN_CHECK(rd_kafka_begin_transaction(rk));
+                                txn_next = rd_clock() + txn_us;
+                        }
+""")
+_TXN_END = (
+    "                /* Wait for messages to be delivered */\n",
+    """                if (txn_us) { /* bench patch */
+                        BENCH_TXN_CHECK(rd_kafka_commit_transaction(rk, 60000));
+                        fprintf(stderr, "%% %ld transactions committed\\n", txn_count + 1);
+                }
+                /* Wait for messages to be delivered */
+""")
+
+
 def _patched_source() -> str:
     src = PERF_SRC.read_text()
     src = src.replace('#include "../src/rd.h"', '#include "rdshim.h"')
@@ -104,7 +147,11 @@ def _patched_source() -> str:
     src, n = _RATE_LOOP.subn(_RATE_PATCH, src, count=1)
     if n != 1:
         raise SystemExit(f"{PERF_SRC}: the producer's rate loop is not where expected; cannot patch it")
-    return src
+    for old, new in (_TXN_START, _TXN_EVERY, _TXN_END):
+        if src.count(old) < 1:
+            raise SystemExit(f"{PERF_SRC}: {old.strip()!r} is not where expected; cannot add transactions")
+        src = src.replace(old, new, 1)
+    return src.replace("#include <librdkafka/rdkafka.h>", "#include <librdkafka/rdkafka.h>" + _TXN_CHECK, 1)
 
 
 def wheel_librdkafka() -> Path | None:
@@ -321,11 +368,12 @@ _PRODUCED = re.compile(r"% (\d+) messages produced \((\d+) bytes\), (\d+) delive
 _CONSUMED = re.compile(r"% (\d+) messages \((\d+) bytes\) consumed in (\d+)ms")
 
 
-def run_perf(tool: PerfTool, args: list[str], max_seconds: float) -> PerfResult:
+def run_perf(tool: PerfTool, args: list[str], max_seconds: float, env: dict[str, str] | None = None) -> PerfResult:
     """Run rdkafka_performance; SIGINT at ``max_seconds`` (it then prints its totals and exits)."""
     cmd = [str(tool.path), "-q", *args]
     _children_cpu_since_last()  # only this child is reaped between here and the reading below
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, **env} if env else None)
     timed_out = False
     try:
         out, _ = proc.communicate(timeout=max_seconds)

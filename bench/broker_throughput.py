@@ -118,13 +118,16 @@ def _cores(cpu: float, secs: float) -> float:
 
 
 def produce_once(tool: PerfTool, broker: Broker, size: int, acks: str, count: int, max_seconds: float,
-                 scratch: Path, *, idempotent: bool = False) -> Run:
+                 scratch: Path, *, idempotent: bool = False, transaction_ms: int = 0) -> Run:
+    """``transaction_ms`` > 0: a transactional producer committing every ``transaction_ms`` ms."""
     settle()
     prewarm(scratch, int(count * (size + 40) * 1.1) + 64 * MiB)
     cpu0 = broker.cpu()
+    extra = ["-X", f"transactional.id=bench-{time.monotonic_ns()}"] if transaction_ms else []
     r = run_perf(tool, ["-P", "-t", TOPIC, "-p", "0", "-b", broker.bootstrap, "-s", str(size), "-c", str(count),
-                        "-a", acks, "-X", f"enable.idempotence={str(idempotent).lower()}", "-X", "linger.ms=5"],
-                 max_seconds)
+                        "-a", acks, "-X", f"enable.idempotence={str(idempotent or bool(transaction_ms)).lower()}",
+                        "-X", "linger.ms=5", *extra], max_seconds,
+                 env={"BENCH_TXN_MS": str(transaction_ms)} if transaction_ms else None)
     cpu = broker.cpu() - cpu0
     failed = re.findall(r"(\d+) failed\)", r.output)
     if failed and int(failed[-1]):
@@ -134,10 +137,11 @@ def produce_once(tool: PerfTool, broker: Broker, size: int, acks: str, count: in
     return Run(r.rps, r.mbps, _cores(cpu, r.seconds), _cores(r.client_cpu, r.seconds), r.seconds)
 
 
-def consume_once(tool: PerfTool, broker: Broker, count: int, max_seconds: float) -> Run:
+def consume_once(tool: PerfTool, broker: Broker, count: int, max_seconds: float, *,
+                 isolation: str = "read_uncommitted") -> Run:
     cpu0 = broker.cpu()
     r = run_perf(tool, ["-C", "-t", TOPIC, "-p", "0", "-b", broker.bootstrap, "-o", "beginning",
-                        "-c", str(count)], max_seconds)
+                        "-c", str(count), "-X", f"isolation.level={isolation}"], max_seconds)
     cpu = broker.cpu() - cpu0
     if r.records < count and not r.timed_out:
         raise RuntimeError(f"{broker.kind}: consumed {r.records} of {count}:\n{r.output[-2000:]}")

@@ -23,6 +23,7 @@ from odradek.broker.config import BrokerConfig, default_log_config, merge_dynami
 from odradek.broker.fetch_session import FetchSessionCache
 from odradek.broker.group_runtime import GroupRuntime
 from odradek.broker.producer_ids import ProducerIdAllocator
+from odradek.broker.txn_runtime import TxnRuntime
 from odradek.clock import SYSTEM_CLOCK, Clock
 from odradek.cluster.metadata import Topic, TopicRegistry
 from odradek.protocol.errors import (
@@ -63,6 +64,7 @@ class Broker:
         self._waiters: dict[tuple[str, int], set[asyncio.Future[None]]] = defaultdict(set)
         self.fetch_sessions = FetchSessionCache(config.fetch_session_slots)
         self.groups = GroupRuntime(self, config.group_config, config.offsets_segment_bytes)
+        self.txns = TxnRuntime(self, config.txn_config, config.txn_state_segment_bytes)
         self.started = False
         self.shutting_down = False  # set by wake_all: long polls stop waiting and answer
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from odradek.coordinator.group.config import GroupConfig
+from odradek.coordinator.txn.config import TxnConfig
 from odradek.protocol.errors import ErrorCode, InvalidConfigError, KafkaError
 from odradek.storage.config import HOURS, MINUTES, TOPIC_TO_BROKER_KEY, LogConfig
 
@@ -53,6 +54,7 @@ def _k(name: str, parse: Callable[[str], Any], default: Any, doc: str, ignored: 
 
 _LOG = LogConfig()
 _GROUP = GroupConfig()
+_TXN = TxnConfig()
 KEYS: dict[str, Key] = {
     k.name: k
     for k in [
@@ -124,6 +126,20 @@ KEYS: dict[str, Key] = {
         _k("producer.id.expiration.ms", int, 86_400_000,
            "an idempotent producer silent this long is forgotten by each partition"),
         _k("producer.id.expiration.check.interval.ms", int, 600_000, "how often expired producer ids are removed"),
+        _k("transaction.state.log.num.partitions", int, _TXN.num_partitions,
+           "partitions of __transaction_state (when it is created)"),
+        _k("transaction.state.log.segment.bytes", int, 100 * 1024 * 1024,
+           "segment size of __transaction_state (also when it is rewritten to its live state)"),
+        _k("transaction.max.timeout.ms", int, _TXN.max_timeout_ms, "largest transaction.timeout.ms a producer may ask"),
+        _k("transactional.id.expiration.ms", int, _TXN.transactional_id_expiration_ms,
+           "a transactional id idle this long (no transaction running) is forgotten"),
+        _k("transaction.abort.timed.out.transaction.cleanup.interval.ms", int, _TXN.abort_timed_out_interval_ms,
+           "how often transactions that ran past their timeout are aborted"),
+        _k("transaction.remove.expired.transaction.cleanup.interval.ms", int, _TXN.remove_expired_interval_ms,
+           "how often expired transactional ids are removed"),
+        _k("transaction.partition.verification.enable", _bool, True,
+           "check with the transaction coordinator that a partition is in the transaction before its first "
+           "transactional write (KIP-890)"),
         _k("offsets.load.buffer.size", int, 5 * 1024 * 1024, "consumer offsets loading", True),
         _k("offsets.commit.timeout.ms", int, 5000, "consumer offsets commits (one replica)", True),
         _k("group.coordinator.rebalance.protocols", str, "classic", "group protocols (classic only)", True),
@@ -202,7 +218,12 @@ class BrokerConfig:
                              ("group.max.size", 1), ("offsets.topic.num.partitions", 1),
                              ("offsets.topic.segment.bytes", 1024), ("offsets.retention.minutes", 1),
                              ("offsets.retention.check.interval.ms", 1), ("offset.metadata.max.bytes", 0),
-                             ("producer.id.expiration.ms", 1), ("producer.id.expiration.check.interval.ms", 1)):
+                             ("producer.id.expiration.ms", 1), ("producer.id.expiration.check.interval.ms", 1),
+                             ("transaction.state.log.num.partitions", 1),
+                             ("transaction.state.log.segment.bytes", 1024), ("transaction.max.timeout.ms", 1),
+                             ("transactional.id.expiration.ms", 1),
+                             ("transaction.abort.timed.out.transaction.cleanup.interval.ms", 1),
+                             ("transaction.remove.expired.transaction.cleanup.interval.ms", 1)):
             if values[key] < minimum:
                 raise ConfigError(f"{key}={values[key]} is invalid: it must be >= {minimum}")
         if values["group.max.session.timeout.ms"] < values["group.min.session.timeout.ms"]:
@@ -221,6 +242,15 @@ class BrokerConfig:
             num_partitions=values["offsets.topic.num.partitions"],
         )
         self.offsets_segment_bytes: int = values["offsets.topic.segment.bytes"]
+        self.txn_config = TxnConfig(
+            max_timeout_ms=values["transaction.max.timeout.ms"],
+            transactional_id_expiration_ms=values["transactional.id.expiration.ms"],
+            abort_timed_out_interval_ms=values["transaction.abort.timed.out.transaction.cleanup.interval.ms"],
+            remove_expired_interval_ms=values["transaction.remove.expired.transaction.cleanup.interval.ms"],
+            num_partitions=values["transaction.state.log.num.partitions"],
+        )
+        self.txn_state_segment_bytes: int = values["transaction.state.log.segment.bytes"]
+        self.txn_partition_verification: bool = values["transaction.partition.verification.enable"]
         self.log_config: LogConfig = default_log_config(values)
 
     @classmethod

@@ -6,16 +6,33 @@
   to that ticket (JoinGroup and SyncGroup replies may come from another member's request or a timer).
 - Effects are applied in order: each ``Write``'s records are appended to their partition of
   ``__consumer_offsets`` as one append (so a commit is all or nothing), replayed into the
-  coordinator once appended, and only then are its replies sent. A failed append sends the
-  write's failure replies and applies nothing.
+  coordinator once appended (each with its log offset), and only then are its replies sent. A failed
+  append sends the write's failure replies and applies nothing. A transactional write (TxnOffsetCommit)
+  is one transactional batch of its producer and epoch, with no sequence number (as Kafka writes it).
+- Transaction markers: the transaction runtime appends a COMMIT or ABORT control batch to a partition
+  of the topic and then calls ``complete_txn(partition, producer_id, commit)``, which replays it. A
+  partition still loading ignores the call: its load reads the marker from the log.
 - The topic is created on first use with ``offsets.topic.num.partitions`` partitions and never
   deleted, altered to fewer partitions or produced to by clients. At startup every partition is
-  replayed from its log start before its groups are served (COORDINATOR_LOAD_IN_PROGRESS meanwhile).
+  replayed from its log start (data records with the producer id of their transactional batch, and
+  markers; COORDINATOR_LOAD_IN_PROGRESS meanwhile), up to the log end at the moment it is served, so
+  a marker appended while it loads is not missed. Pending offsets whose marker never came stay
+  pending; the transaction coordinator writes the marker again once it has loaded.
 - The topic stays bounded without log compaction: once a partition has grown by more than a segment
   (``offsets.topic.segment.bytes``) and twice its live state since the last rewrite, the live state
   (latest offset of every group-partition, latest record of every group) is appended to a fresh
   segment and the log start moves to it, which deletes the older segments. Replay from the new start
   gives the same state; a crash mid-rewrite leaves the old start, which also replays to it.
+- Rewrites and transactions: pending transactional offsets are *carried over by keeping their
+  records*, not copied. Copying them would re-append a transactional batch of a producer whose
+  transaction is already open in the log, and would move them after committed offsets that are older
+  than they are (a COMMIT would then no longer override those). So the log start moves only to the
+  oldest pending record of the partition when there is one (the rest stays for replay, as Kafka's
+  cleaner never passes the last stable offset), and each rewritten offset record carries the offset
+  of its original in a record header (``odradek.origin.offset``, 8 bytes big-endian; Kafka's readers
+  ignore headers), so replay compares record offsets exactly as the live coordinator did. Growth stays
+  bounded by what was written since the oldest open transaction began; once it ends (commit, abort,
+  or the transaction coordinator's timeout abort) the next rewrite drops everything before its copy.
 """
 
 from __future__ import annotations
@@ -23,17 +40,28 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from odradek.coordinator.group.config import GroupConfig
 from odradek.coordinator.group.coordinator import GroupCoordinator
-from odradek.coordinator.group.effects import Effects, Record, Reply, Write
+from odradek.coordinator.group.effects import Effects, Reply, Write
+from odradek.coordinator.group.log_entries import NO_PRODUCER_ID, DataRecord, LogEntry, TxnMarker
 from odradek.coordinator.group.model import Ticket
-from odradek.coordinator.group.records import CoordinatorRecordError, decode_record, encode_key, encode_value
-from odradek.protocol.errors import ErrorCode, KafkaError
-from odradek.protocol.records import build_batch, decode_records, iter_batches
+from odradek.coordinator.group.records import CoordinatorRecordError, OffsetKey, decode_record, encode_key, encode_value
+from odradek.protocol.batch import NO_SEQUENCE
+from odradek.protocol.errors import CorruptRecordError, ErrorCode, KafkaError
+from odradek.protocol.records import (
+    ControlType,
+    Header,
+    RecordInput,
+    build_batch,
+    decode_records,
+    iter_batches,
+    parse_control_key,
+)
 from odradek.storage.log import Log
 
 if TYPE_CHECKING:
@@ -42,7 +70,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
-_CONTROL_BIT = 0x20
+ORIGIN_HEADER = "odradek.origin.offset"  # on a rewritten offset record: the offset of its original
+_ORIGIN = struct.Struct(">q")
 _BATCH_RECORDS = 2000  # records per batch when one write spans many (rewrites, big commits)
 _READ_CHUNK = 1 << 20
 
@@ -85,14 +114,16 @@ class GroupRuntime:
             return
         for p in partitions:
             lg = self.broker.get_log(OFFSETS_TOPIC, p)
-            records = await asyncio.to_thread(read_records, lg)
-            for key, value in records:
-                coord.replay(key, value)
+            end = lg.next_offset
+            entries = await asyncio.to_thread(read_entries, lg, lg.log_start_offset, end)
+            entries += read_entries(lg, end, lg.next_offset)  # appended meanwhile (a marker): short, read here
+            for entry in entries:
+                coord.replay_entry(p, entry)
             coord.finish_load(p, self.now())
             self._growth[p] = _Growth(lg.size, 0)
             self._drop_missing_topics(p)
-            if records:
-                log.info("loaded %d records of %s-%d", len(records), OFFSETS_TOPIC, p)
+            if entries:
+                log.info("loaded %d records of %s-%d", len(entries), OFFSETS_TOPIC, p)
 
     def ensure_started(self) -> GroupCoordinator:
         """The coordinator, creating ``__consumer_offsets`` on first use (as Kafka's FindCoordinator does)."""
@@ -162,24 +193,46 @@ class GroupRuntime:
         coord = self.coordinator
         assert coord is not None
         try:
-            self._append(write.partition, write.records)
+            first = self._append(write.partition, [(encode_key(k), encode_value(v)) for k, v in write.records],
+                                 producer_id=write.producer_id, producer_epoch=write.producer_epoch)
         except KafkaError as e:
             log.error("could not write %d records to %s-%d: %s", len(write.records), OFFSETS_TOPIC, write.partition,
                       e.message)
             if write.on_failure is not None:
                 self._deliver(write.on_failure(_coordinator_error(e.code)))
             return
-        for key, value in write.records:
-            coord.replay(key, value)
+        for i, (key, value) in enumerate(write.records):
+            coord.replay(key, value, record_offset=first + i, producer_id=write.producer_id)
         self._deliver(write.replies)
         self._maybe_rewrite(write.partition)
 
-    def _append(self, partition: int, records: list[Record]) -> None:
+    def _append(self, partition: int, records: list[RecordInput] | list[tuple[bytes, bytes | None]], *,
+                producer_id: int = NO_PRODUCER_ID, producer_epoch: int = -1) -> int:
+        """Append encoded records as one append; returns the offset of the first (the rest follow on)."""
         now = self.now()
-        encoded = [(encode_key(k), encode_value(v)) for k, v in records]
-        batches = [build_batch(encoded[i:i + _BATCH_RECORDS], base_timestamp=now)
-                   for i in range(0, len(encoded), _BATCH_RECORDS)]
-        self.broker.append(OFFSETS_TOPIC, partition, b"".join(batches))
+        if producer_id != NO_PRODUCER_ID:  # one transactional batch, as Kafka writes a TxnOffsetCommit
+            batches = [build_batch(records, base_timestamp=now, producer_id=producer_id,
+                                   producer_epoch=producer_epoch, base_sequence=NO_SEQUENCE, is_transactional=True)]
+        else:
+            batches = [build_batch(records[i:i + _BATCH_RECORDS], base_timestamp=now)
+                       for i in range(0, len(records), _BATCH_RECORDS)]
+        return self.broker.append(OFFSETS_TOPIC, partition, b"".join(batches)).first_offset
+
+    # -- transaction markers -----------------------------------------------------------------------
+
+    def complete_txn(self, partition: int, producer_id: int, commit: bool) -> None:
+        """Apply the COMMIT (``commit``) or ABORT marker of ``producer_id`` that was just appended to
+        ``__consumer_offsets``-``partition``: that producer's pending offsets there become committed
+        offsets (each unless a later commit of the same partition exists) or are dropped.
+
+        Call it after every marker appended to the topic, once the append has succeeded; it replays the
+        marker exactly as a restart will. A marker for a producer with no pending offsets there is a no-op.
+        """
+        coord = self.coordinator
+        if coord is None or partition in coord.loading:
+            return  # nothing loaded yet: the load reads the marker from the log
+        coord.replay_marker(partition, producer_id, commit)
+        self._maybe_rewrite(partition)
 
     def _deliver(self, replies: list[Reply]) -> None:
         for ticket, payload in replies:
@@ -190,6 +243,9 @@ class GroupRuntime:
     # -- keeping the topic bounded ----------------------------------------------------------------
 
     def _maybe_rewrite(self, partition: int) -> None:
+        coord = self.coordinator
+        if coord is None or partition in coord.loading:
+            return
         lg = self.broker.get_log(OFFSETS_TOPIC, partition)
         growth = self._growth.setdefault(partition, _Growth(lg.size, 0))
         if lg.size - growth.size_after_rewrite < max(self.segment_bytes, 2 * growth.live_bytes):
@@ -197,7 +253,8 @@ class GroupRuntime:
         self.rewrite(partition)
 
     def rewrite(self, partition: int) -> None:
-        """Append the partition's live state to a fresh segment and drop everything before it."""
+        """Append the partition's live state to a fresh segment and drop everything before it, or before
+        its oldest pending transactional offset if that is older."""
         coord = self.coordinator
         assert coord is not None
         lg = self.broker.get_log(OFFSETS_TOPIC, partition)
@@ -205,58 +262,104 @@ class GroupRuntime:
         lg.roll()
         start = lg.next_offset
         live = coord.live_records(partition)
+        oldest_pending = coord.oldest_pending_offset(partition)
+        keep_from = start if oldest_pending is None else min(start, oldest_pending)
         try:
             if live:
-                self._append(partition, list(live))
-            lg.delete_records_before(start)
+                self._append(partition, [_rewritten(r) for r in live])
+            lg.delete_records_before(keep_from)
         except KafkaError as e:
             log.error("could not rewrite %s-%d (it keeps its older records): %s", OFFSETS_TOPIC, partition, e.message)
             self._growth[partition] = _Growth(lg.size, lg.size)
             return
         live_bytes = lg.size - sum(s.size for s in lg.segments[:-1])
         self._growth[partition] = _Growth(lg.size, live_bytes)
-        log.info("rewrote %s-%d: %d live records from offset %d; %d bytes before, %d after", OFFSETS_TOPIC,
-                 partition, len(live), start, before, lg.size)
+        kept = "" if keep_from == start else f"; kept from offset {keep_from} for pending transactional offsets"
+        log.info("rewrote %s-%d: %d live records from offset %d; %d bytes before, %d after%s", OFFSETS_TOPIC,
+                 partition, len(live), start, before, lg.size, kept)
 
     def _drop_missing_topics(self, partition: int) -> None:
         coord = self.coordinator
         assert coord is not None
         registry = self.broker.registry
-        gone = {t for g in coord.groups_in(partition) for t, _ in g.offsets if registry.get(t) is None}
+        gone = {t for g in coord.groups_in(partition) for t, _ in set(g.offsets) | g.pending_partitions()
+                if registry.get(t) is None}
         for topic in sorted(gone):
             self.on_topic_deleted(topic)
 
 
+_PRODUCER_ERRORS = frozenset({ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED,
+                              ErrorCode.INVALID_PRODUCER_ID_MAPPING, ErrorCode.INVALID_TXN_STATE,
+                              ErrorCode.TRANSACTION_COORDINATOR_FENCED})
+
+
 def _coordinator_error(code: ErrorCode) -> ErrorCode:
-    """What clients are told when the coordinator's append failed: retriable, as Kafka maps it."""
+    """What clients are told when the coordinator's append failed: retriable, as Kafka maps it, except
+    that the log's verdict on a transactional batch's producer (a fenced epoch, say) is passed on."""
+    if code in _PRODUCER_ERRORS:
+        return code
     if code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE):
         return ErrorCode.UNKNOWN_SERVER_ERROR
     return ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
-def read_records(lg: Log) -> list[Record]:
-    """Every decodable coordinator record of ``lg`` from its log start, in order (runs off the event loop)."""
-    out: list[Record] = []
-    offset, end = lg.log_start_offset, lg.next_offset
+def _rewritten(record: DataRecord) -> RecordInput:
+    """A live record as a rewrite appends it: an offset record names the offset of its original."""
+    headers: tuple[Header, ...] = ()
+    if isinstance(record.key, OffsetKey) and record.record_offset >= 0:
+        headers = ((ORIGIN_HEADER, _ORIGIN.pack(record.record_offset)),)
+    return RecordInput(encode_key(record.key), encode_value(record.value), None, headers)
+
+
+def read_entries(lg: Log, start: int, end: int) -> list[LogEntry]:
+    """The entries of ``lg`` in [``start``, ``end``), in order: every decodable coordinator record, with its
+    record offset and the producer id of its batch when that is transactional, and every COMMIT or ABORT
+    marker. Runs off the event loop for a whole partition; unreadable records are skipped with a warning."""
+    out: list[LogEntry] = []
+    offset = max(start, lg.log_start_offset)
     while offset < end:
-        region = lg.read(offset, _READ_CHUNK)
+        region = lg.read(offset, _READ_CHUNK, max_offset=end)
         if region is None:
             break
         data = memoryview(region.read_bytes())
         last = offset
         for pos, header in iter_batches(data, allow_partial_tail=True):
             last = header.last_offset
-            if header.attributes & _CONTROL_BIT:
-                continue
+            producer_id = header.producer_id if header.is_transactional else NO_PRODUCER_ID
             for rec in decode_records(data[pos:pos + header.size]):
-                if rec.offset < offset or rec.key is None:
-                    continue
-                try:
-                    decoded = decode_record(bytes(rec.key), None if rec.value is None else bytes(rec.value))
-                except CoordinatorRecordError as e:
-                    log.warning("%s offset %d: skipping an unreadable record: %s", lg.name, rec.offset, e)
-                    continue
-                if decoded is not None:
-                    out.append(decoded)
+                if offset <= rec.offset < end:
+                    entry = _control_entry(lg, rec.offset, rec.key, producer_id) if header.is_control \
+                        else _data_entry(lg, rec.offset, rec.key, rec.value, rec.headers, producer_id)
+                    if entry is not None:
+                        out.append(entry)
         offset = max(last + 1, offset + 1)
     return out
+
+
+def _control_entry(lg: Log, offset: int, key: bytes | None, producer_id: int) -> TxnMarker | None:
+    try:
+        kind = parse_control_key(None if key is None else bytes(key)).type
+    except CorruptRecordError as e:
+        log.warning("%s offset %d: skipping an unreadable control record: %s", lg.name, offset, e)
+        return None
+    if kind not in (ControlType.COMMIT, ControlType.ABORT) or producer_id == NO_PRODUCER_ID:
+        return None
+    return TxnMarker(producer_id, kind == ControlType.COMMIT)
+
+
+def _data_entry(lg: Log, offset: int, key: bytes | None, value: bytes | None, headers: tuple[Header, ...],
+                producer_id: int) -> DataRecord | None:
+    if key is None:
+        return None
+    try:
+        decoded = decode_record(bytes(key), None if value is None else bytes(value))
+    except CoordinatorRecordError as e:
+        log.warning("%s offset %d: skipping an unreadable record: %s", lg.name, offset, e)
+        return None
+    if decoded is None:
+        return None
+    record_offset = offset
+    for name, raw in headers:
+        if name == ORIGIN_HEADER and raw is not None and len(raw) == _ORIGIN.size:
+            record_offset = _ORIGIN.unpack(raw)[0]
+    return DataRecord(decoded[0], decoded[1], record_offset, producer_id)

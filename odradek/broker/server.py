@@ -45,6 +45,7 @@ class Server:
     async def start(self) -> None:
         self.broker.start()
         to_load = self.broker.groups.start()  # their groups answer COORDINATOR_LOAD_IN_PROGRESS until loaded
+        txns_to_load = self.broker.txns.start()  # likewise their transactional ids
         lst = self.config.listener
         self._server = await asyncio.start_server(
             self._on_connection, host=lst.host or None, port=lst.port, reuse_address=True, backlog=1024,
@@ -54,7 +55,7 @@ class Server:
         if self.config.advertised_port == 0:
             self.config.advertised_port = self.port
         self._ticker = asyncio.create_task(self._tick_forever())
-        self._group_loader = asyncio.create_task(self.broker.groups.load(to_load))
+        self._group_loader = asyncio.create_task(self._load_coordinators(to_load, txns_to_load))
         self._group_ticker = asyncio.create_task(self._tick_groups_forever())
         log.info("broker %d listening on %s:%d (advertised %s:%d), data in %s", self.broker.node_id,
                  lst.host or "*", self.port, self.config.advertised_host, self.config.advertised_port,
@@ -72,6 +73,7 @@ class Server:
             if task is not None:
                 task.cancel()
         self.broker.groups.shutdown()
+        self.broker.txns.shutdown()
         for task, busy in list(self._connections.items()):
             if not busy:
                 task.cancel()
@@ -92,14 +94,24 @@ class Server:
             except Exception:
                 log.exception("periodic log maintenance failed")
 
+    async def _load_coordinators(self, groups: list[int], txns: list[int]) -> None:
+        """Groups first (transaction markers settle their pending offsets), then transactional ids."""
+        await self.broker.groups.load(groups)
+        await self.broker.txns.load(txns)
+
     async def _tick_groups_forever(self) -> None:
-        """Session timeouts, rebalance deadlines and offset retention, checked every 50 ms."""
+        """Coordinator timers every 50 ms: sessions, rebalances, offset retention; transaction timeouts and
+        markers to retry."""
         while True:
             await asyncio.sleep(GROUP_TICK_MS / 1000)
             try:
                 self.broker.groups.tick()
             except Exception:
                 log.exception("group coordinator timers failed")
+            try:
+                self.broker.txns.tick()
+            except Exception:
+                log.exception("transaction coordinator timers failed")
 
     async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()

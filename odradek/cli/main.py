@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from odradek.cli import configs, consume, dump_log, groups, produce, serve, topics
+from odradek.cli import configs, consume, dump_log, groups, produce, serve, topics, transactions
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_parser(sub)
     configs.add_parser(sub)
     groups.add_parser(sub)
+    transactions.add_parser(sub)
     return parser
 
 

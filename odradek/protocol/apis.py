@@ -62,7 +62,14 @@ DELETE_GROUPS = 42
 INCREMENTAL_ALTER_CONFIGS = 44
 OFFSET_DELETE = 47
 INIT_PRODUCER_ID = 22
+ADD_PARTITIONS_TO_TXN = 24
+ADD_OFFSETS_TO_TXN = 25
+END_TXN = 26
+TXN_OFFSET_COMMIT = 28
+DESCRIBE_TRANSACTIONS = 65
+LIST_TRANSACTIONS = 66
 DESCRIBE_CLUSTER = 60
+DESCRIBE_PRODUCERS = 61
 
 SUPPORTED: dict[int, ApiRange] = _table(
     (PRODUCE, "Produce", 3, 12),
@@ -90,7 +97,14 @@ SUPPORTED: dict[int, ApiRange] = _table(
     (OFFSET_DELETE, "OffsetDelete", 0, 0),
     (INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigs", 0, 1),
     (DESCRIBE_CLUSTER, "DescribeCluster", 0, 2),
+    (DESCRIBE_PRODUCERS, "DescribeProducers", 0, 0),
     (INIT_PRODUCER_ID, "InitProducerId", 0, 5),
+    (ADD_PARTITIONS_TO_TXN, "AddPartitionsToTxn", 0, 5),
+    (ADD_OFFSETS_TO_TXN, "AddOffsetsToTxn", 0, 4),
+    (END_TXN, "EndTxn", 0, 4),
+    (TXN_OFFSET_COMMIT, "TxnOffsetCommit", 0, 4),
+    (DESCRIBE_TRANSACTIONS, "DescribeTransactions", 0, 0),
+    (LIST_TRANSACTIONS, "ListTransactions", 0, 2),
 )
 
 

@@ -4,23 +4,26 @@
 Columns: ``value`` (required, binary or string), optional ``key``, ``topic``, ``partition`` and
 ``headers`` (array of struct<key string, value binary>). The ``topic`` option, when given, wins over
 the column. Each task produces its rows with one confluent-kafka producer and fails if any record is
-not acknowledged, so a successful job (or micro-batch) has written every row at least once. A
-retried task, or a micro-batch replayed after a restart from the checkpoint, writes its rows again:
-like Spark's own Kafka sink this is at-least-once until the broker has idempotent and transactional
-producers (issue 6), on which an exactly-once streaming sink will be built.
+not acknowledged, so a successful job (or micro-batch) has written every row at least once. Batch
+writes are at-least-once, like Spark's own Kafka sink: a retried task writes its rows again.
+Streaming writes are exactly-once for read_committed readers (``exactly_once.py``: a transaction
+per task and micro-batch, skipped when the batch is replayed); ``exactlyOnce=false`` makes them
+at-least-once, without transactions.
 
 Tasks receive Arrow record batches (``DataSourceArrowWriter``), not per-row objects.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType
+
+from odradek.spark.exactly_once import DEFAULT_PREFIX, write_transactionally
 
 _FLUSH_TIMEOUT_S = 120
 
@@ -56,6 +59,41 @@ class _Target:
         if self.topic is None and "topic" not in names:
             raise ValueError("say where to write: the topic option, or a topic column")
 
+    def send(self, producer: Any, iterator: Iterator[pa.RecordBatch],
+             on_delivery: Callable[[Any, Any], None] | None = None) -> tuple[int, str | None]:
+        """Hand every row of ``iterator`` to ``producer``; returns (rows, the first row's topic)."""
+        count = 0
+        first_topic: str | None = None
+        for batch in iterator:
+            rows = batch.to_pydict()
+            n = batch.num_rows
+            values = rows["value"]
+            keys = rows.get("key", [None] * n)
+            topics = [self.topic] * n if self.topic is not None else rows["topic"]
+            partitions = rows.get("partition", [None] * n)
+            headers = rows.get("headers", [None] * n)
+            for i in range(n):
+                topic = topics[i]
+                if topic is None:
+                    raise ValueError("a row has no topic: set the topic option or fill the topic column")
+                first_topic = first_topic or topic
+                kwargs: dict[str, Any] = {"value": _encode(values[i]), "key": _encode(keys[i])}
+                if on_delivery is not None:
+                    kwargs["on_delivery"] = on_delivery
+                if partitions[i] is not None:
+                    kwargs["partition"] = partitions[i]
+                if headers[i]:
+                    kwargs["headers"] = [(h["key"], h["value"]) for h in headers[i]]
+                while True:
+                    try:
+                        producer.produce(topic, **kwargs)
+                        break
+                    except BufferError:  # local queue full: let deliveries drain
+                        producer.poll(0.1)
+                count += 1
+            producer.poll(0)
+        return count, first_topic
+
     def produce(self, iterator: Iterator[pa.RecordBatch]) -> Written:
         """Produce every row of ``iterator``; returns once all are acknowledged, raises if any is not."""
         from confluent_kafka import KafkaException, Producer
@@ -67,34 +105,8 @@ class _Target:
                 failures.append(str(err))
 
         producer = Producer({**self.client, "enable.idempotence": False})
-        count = 0
         try:
-            for batch in iterator:
-                rows = batch.to_pydict()
-                n = batch.num_rows
-                values = rows["value"]
-                keys = rows.get("key", [None] * n)
-                topics = [self.topic] * n if self.topic is not None else rows["topic"]
-                partitions = rows.get("partition", [None] * n)
-                headers = rows.get("headers", [None] * n)
-                for i in range(n):
-                    topic = topics[i]
-                    if topic is None:
-                        raise ValueError("a row has no topic: set the topic option or fill the topic column")
-                    kwargs: dict[str, Any] = {"value": _encode(values[i]), "key": _encode(keys[i]),
-                                              "on_delivery": on_delivery}
-                    if partitions[i] is not None:
-                        kwargs["partition"] = partitions[i]
-                    if headers[i]:
-                        kwargs["headers"] = [(h["key"], h["value"]) for h in headers[i]]
-                    while True:
-                        try:
-                            producer.produce(topic, **kwargs)
-                            break
-                        except BufferError:  # local queue full: let deliveries drain
-                            producer.poll(0.1)
-                    count += 1
-                producer.poll(0)
+            count, _ = self.send(producer, iterator, on_delivery)
             left = producer.flush(_FLUSH_TIMEOUT_S)
         except KafkaException as e:
             raise RuntimeError(f"writing to the topic failed: {e}") from None
@@ -120,14 +132,24 @@ class BatchWriter(DataSourceArrowWriter):
 
 
 class StreamWriter(DataSourceStreamArrowWriter):
+    """Exactly-once by default (``odradek.spark.exactly_once``); ``exactlyOnce=false`` for at-least-once."""
+
     def __init__(self, options: dict[str, Any], schema: StructType, overwrite: bool) -> None:
         self.target = _Target(options, schema)
+        opts = {str(k).lower(): str(v) for k, v in options.items()}
+        flag = opts.get("exactlyonce", "true").strip().lower()
+        if flag not in ("true", "false"):
+            raise ValueError(f"option exactlyOnce must be true or false, got {opts['exactlyonce']!r}")
+        self.exactly_once = flag == "true"
+        self.prefix = opts.get("transactionalidprefix", DEFAULT_PREFIX)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:
-        return self.target.produce(iterator)
+        if not self.exactly_once:
+            return self.target.produce(iterator)
+        return Written(write_transactionally(self.target.client, self.prefix, iterator, self.target.send))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        pass  # each task's records were acknowledged before it reported success
+        pass  # each task committed its own transaction (or acknowledged its records) before reporting success
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        pass  # at-least-once: the micro-batch is replayed and its records written again
+        pass  # the micro-batch is replayed; with exactlyOnce, tasks that committed skip it

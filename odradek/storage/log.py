@@ -11,6 +11,18 @@ Invariants:
 - Appends validate every batch before writing any byte; a refused append or a failed write leaves
   the log exactly as it was (offsets included).
 - Writers (append, roll, retention, truncation) serialize on ``_lock``; reads take no lock.
+
+Transactions (with a ``ProducerStateManager``; see producer_state.py and txn_index.py):
+- ``last_stable_offset`` = the first offset of the earliest transaction still ongoing (or completed
+  by a marker not yet below the high watermark), capped by the high watermark and floored at the
+  log start: read_committed readers see nothing at or past it.
+- A marker (``append_marker``, or a control batch appended by a replica or coordinator) ends its
+  producer's ongoing transaction; an ABORT adds an entry to the transaction index of the segment it
+  was written to. Every aborted transaction whose marker is in the log has an entry there.
+- ``_txn_segments`` holds, in order, exactly the segments whose transaction index has entries, so
+  ``aborted_transactions`` skips the others without touching them.
+- After an unclean shutdown the transaction index of every recovered segment is rebuilt by replaying
+  the producer state from a snapshot at or below it; a damaged index is rebuilt the same way.
 """
 
 from __future__ import annotations
@@ -29,17 +41,35 @@ from odradek.protocol import batch as rb
 from odradek.protocol.errors import (
     InvalidRecordError,
     InvalidTimestampError,
+    KafkaError,
     OffsetOutOfRangeError,
     RecordListTooLargeError,
     StorageError,
 )
 
 __all__ = ["AppendInfo", "Log", "RecordListTooLargeError", "TimestampOffset", "parse_log_dir_name"]
-from odradek.protocol.records import decode_records, iter_batches
+from odradek.protocol.records import ControlType, build_control_batch, decode_records, iter_batches
 from odradek.storage.config import LogConfig
 from odradek.storage.leader_epoch import LeaderEpochCache
-from odradek.storage.producer_state import DuplicateBatch, NoProducerState, ProducerStateHook
-from odradek.storage.segment import DELETED_SUFFIX, LOG_SUFFIX, FileRegion, LogSegment
+from odradek.storage.producer_state import (
+    ActiveProducer,
+    CompletedTxn,
+    DuplicateBatch,
+    LoggedBatch,
+    NoProducerState,
+    ProducerStateHook,
+    TxnMarker,
+    read_marker,
+)
+from odradek.storage.segment import (
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    FileRegion,
+    LogSegment,
+)
+from odradek.storage.txn_index import TXN_INDEX_SUFFIX, AbortedTxn
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +93,20 @@ class AppendInfo(NamedTuple):
 class TimestampOffset:
     timestamp: int
     offset: int
+
+
+def _markers_of(records: bytes | bytearray | memoryview, headers: Sequence[rb.BatchHeader]
+                ) -> list[TxnMarker | None] | None:
+    """What each control batch of a record set says (None for other batches); None without any."""
+    if not any(h.attributes & rb.CONTROL_BIT for h in headers):
+        return None
+    view = memoryview(records)
+    out: list[TxnMarker | None] = []
+    pos = 0
+    for h in headers:
+        out.append(read_marker(view[pos : pos + h.size]) if h.attributes & rb.CONTROL_BIT else None)
+        pos += h.size
+    return out
 
 
 def parse_log_dir_name(name: str) -> tuple[str, int] | None:
@@ -101,6 +145,10 @@ class Log:
         self._lock = threading.RLock()
         self._segments: tuple[LogSegment, ...] = tuple(segments)
         self._bases: tuple[int, ...] = tuple(s.base_offset for s in segments)
+        # The segments whose transaction index has entries, and their base offsets (replaced whole).
+        self._txn_segments: tuple[tuple[LogSegment, ...], tuple[int, ...]] = ((), ())
+        self._refresh_txn_segments()
+        self._completions_pending = False  # completed transactions wait for the high watermark
         self.next_offset = self._segments[-1].next_offset
         self.log_start_offset = min(max(log_start_offset, self._bases[0]), self.next_offset)
         self.recovery_point = min(recovery_point, self.next_offset)
@@ -146,7 +194,7 @@ class Log:
                     stale.unlink(missing_ok=True)
             bases = sorted(int(p.name[: -len(LOG_SUFFIX)]) for p in directory.glob("*" + LOG_SUFFIX))
             for p in directory.iterdir():  # indexes whose segment file is gone
-                if p.suffix in (".index", ".timeindex") and int(p.stem) not in bases:
+                if p.suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX) and int(p.stem) not in bases:
                     p.unlink()
         except (OSError, ValueError) as e:
             raise StorageError(f"cannot open log directory {directory}: {e}") from e
@@ -158,36 +206,85 @@ class Log:
                 log_start_offset=first.base_offset, recovery_point=first.base_offset,
                 high_watermark=first.base_offset, producer_state=producer_state, schedule=schedule,
             )
-            producer_state.load(fresh.log_start_offset, fresh.next_offset, fresh.batch_headers)
+            fresh._load_producer_state(set())
             return fresh
         segments = [LogSegment(directory, b, config, now_ms=now) for b in bases]
+        recovered_from: int | None = None
         if clean_shutdown:
             for seg in segments:
                 seg.load_clean()
         else:
-            segments = cls._recover(directory, segments, recovery_point)
+            segments, recovered_from = cls._recover(directory, segments, recovery_point)
         segments[-1].make_active()
+        rebuild = cls._txn_indexes_to_rebuild(directory, segments, recovered_from)
         opened = cls(
             directory, topic, partition, config, segments, clock=clock,
             log_start_offset=log_start_offset, recovery_point=recovery_point,
             high_watermark=high_watermark, producer_state=producer_state, schedule=schedule,
         )
+        opened._load_producer_state(rebuild)
         if not clean_shutdown:
             opened.flush()
-        producer_state.load(opened.log_start_offset, opened.next_offset, opened.batch_headers)
+        for seg in segments:
+            if seg.base_offset in rebuild:
+                seg.txn_index.flush()
         return opened
+
+    @staticmethod
+    def _txn_indexes_to_rebuild(directory: Path, segments: list[LogSegment], recovered_from: int | None) -> set[int]:
+        """Base offsets of the segments whose transaction index must be rebuilt: those recovered (their
+        index was emptied) and those whose index fails its check (emptied here)."""
+        rebuild = {s.base_offset for s in segments if recovered_from is not None and s.base_offset >= recovered_from}
+        for i, seg in enumerate(segments):
+            if seg.base_offset in rebuild:
+                continue
+            end = segments[i + 1].base_offset if i + 1 < len(segments) else seg.next_offset
+            problem = seg.txn_index.check(end)
+            if problem is not None:
+                log.warning("%s: transaction index %s cannot be trusted (%s); rebuilding it from the log",
+                            directory.name, seg.txn_index.path.name, problem)
+                seg.txn_index.reset()
+                rebuild.add(seg.base_offset)
+        return rebuild
+
+    def _load_producer_state(self, rebuild: set[int]) -> None:
+        """Load the producer state; refill the transaction indexes of the segments in ``rebuild`` from
+        the transactions completed while replaying from a snapshot at or below the first of them."""
+        state = self.producer_state
+        state.on_high_watermark(self.high_watermark)
+        if not rebuild:
+            state.load(self.log_start_offset, self.next_offset, self.state_batches)
+        else:
+            segments, bases = self._segments, self._bases
+
+            def index(txn: CompletedTxn) -> None:
+                if txn.aborted:
+                    seg = segments[max(bisect.bisect_right(bases, txn.last_offset) - 1, 0)]
+                    if seg.base_offset in rebuild:
+                        seg.txn_index.append(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset,
+                                                        txn.last_stable_offset))
+
+            state.load(self.log_start_offset, self.next_offset, self.state_batches, replay_from=min(rebuild),
+                       on_completed=index)
+            self._refresh_txn_segments()
+        self._completions_pending = state.on_high_watermark(self.high_watermark)
 
     @staticmethod
     def _recover(
         directory: Path, segments: list[LogSegment], recovery_point: int
-    ) -> list[LogSegment]:
+    ) -> tuple[list[LogSegment], int | None]:
+        """Scan the segments from the one holding ``recovery_point``; the kept segments, and the base
+        offset of the first one scanned (its transaction index and those after it were emptied)."""
         kept: list[LogSegment] = []
+        recovered_from: int | None = None
         for i, seg in enumerate(segments):
             next_base = segments[i + 1].base_offset if i + 1 < len(segments) else None
             if next_base is not None and next_base <= recovery_point:
                 seg.load_clean()
                 kept.append(seg)
                 continue
+            if recovered_from is None:
+                recovered_from = seg.base_offset
             cut = seg.recover()
             kept.append(seg)
             if cut:
@@ -200,7 +297,7 @@ class Log:
         # An empty segment can only be the last one; drop empty ones before it.
         while len(kept) > 1 and kept[-1].size == 0 and kept[-2].next_offset > kept[-1].base_offset:
             kept.pop().delete_files()
-        return kept
+        return kept, recovered_from
 
     # -- properties ------------------------------------------------------------------------------
 
@@ -230,6 +327,11 @@ class Log:
     def _set_segments(self, segments: Sequence[LogSegment]) -> None:
         self._segments = tuple(segments)
         self._bases = tuple(s.base_offset for s in segments)
+        self._refresh_txn_segments()
+
+    def _refresh_txn_segments(self) -> None:
+        txn = tuple(s for s in self._segments if s.txn_index.count)
+        self._txn_segments = (txn, tuple(s.base_offset for s in txn))
 
     # -- appending -------------------------------------------------------------------------------
 
@@ -244,6 +346,7 @@ class Log:
         """Append a record set (one or more v2 batches) and return the offsets it received.
 
         ``assign_offsets=False`` is for replicas: batches keep their offsets, which must follow on.
+        Control batches (``from_client=False`` only) update the producer state as ``append_marker`` does.
         Raises a ``KafkaError`` and writes nothing if any batch is invalid.
         """
         cfg = self.config
@@ -253,6 +356,40 @@ class Log:
             raise RecordListTooLargeError(
                 f"record set of {total} bytes is larger than segment.bytes={cfg.segment_bytes}"
             )
+        markers = None if from_client else _markers_of(records, headers)
+        return self._append(records, headers, markers, leader_epoch, assign_offsets)
+
+    def append_marker(
+        self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, *,
+        leader_epoch: int | None = None,
+    ) -> AppendInfo:
+        """Write a COMMIT or ABORT marker for the producer's transaction in this partition (stamped with
+        the log clock's time) and end that transaction. A marker for a producer with no ongoing
+        transaction here is written too (as Kafka does) and only updates its epochs.
+
+        Raises ``InvalidProducerEpochError`` if ``producer_epoch`` is older than the producer's current
+        epoch, ``TransactionCoordinatorFencedError`` if ``coordinator_epoch`` is older than the one of
+        the producer's last marker; nothing is written then.
+        """
+        if producer_id < 0:
+            raise ValueError(f"a transaction marker needs a producer id, not {producer_id}")
+        batch = bytearray(build_control_batch(
+            ControlType.COMMIT if commit else ControlType.ABORT, producer_id=producer_id,
+            producer_epoch=producer_epoch, coordinator_epoch=coordinator_epoch, timestamp=self.clock.milliseconds(),
+        ))
+        return self._append(batch, [rb.parse_header(batch)], [TxnMarker(commit, coordinator_epoch)], leader_epoch,
+                            True)
+
+    def _append(
+        self,
+        records: bytes | bytearray | memoryview,
+        headers: list[rb.BatchHeader],
+        markers: list[TxnMarker | None] | None,
+        leader_epoch: int | None,
+        assign_offsets: bool,
+    ) -> AppendInfo:
+        cfg = self.config
+        total = len(records)
         data, targets = self._writable_batches(records, headers, assign_offsets)
         with self._lock:
             if self.closed:
@@ -261,7 +398,7 @@ class Log:
             if not cfg.log_append_time and assign_offsets:
                 self._check_timestamps(headers, now)
             try:
-                self.producer_state.validate_append(headers)
+                self.producer_state.validate_append(headers, markers)
             except DuplicateBatch as dup:  # a retry whose first response was lost: the original offsets
                 return AppendInfo(dup.first_offset, dup.last_offset, dup.timestamp if cfg.log_append_time else -1,
                                   dup.timestamp, 0, 0)
@@ -281,16 +418,37 @@ class Log:
             segment = self._maybe_roll(total, headers[-1].last_offset, now, max_timestamp)
             segment.append(data, headers)
             first, last = headers[0].base_offset, headers[-1].last_offset
+            completed = self.producer_state.on_append(headers, markers)
+            if completed:
+                self._index_completed(completed, segment, first)
             self.next_offset = last + 1
             if leader_epoch is not None:
                 latest = self.leader_epochs.latest_epoch
                 if latest is None or leader_epoch > latest:
                     self.leader_epochs.assign(leader_epoch, first)
-            self.producer_state.on_append(headers)
             self.unflushed_messages += count
             if self.unflushed_messages >= cfg.flush_messages:
                 self.flush()
         return AppendInfo(first, last, now if cfg.log_append_time else -1, max_timestamp, count, total)
+
+    def _index_completed(self, completed: Sequence[CompletedTxn], segment: LogSegment, first: int) -> None:
+        """Record the aborts among ``completed`` (just written to ``segment`` from ``first``) in its
+        transaction index. If that fails, the append is undone: the batches are cut off again and the
+        producer state rebuilt, so the log stays as it was."""
+        had_entries = segment.txn_index.count > 0
+        try:
+            for txn in completed:
+                if txn.aborted:
+                    segment.txn_index.append(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset,
+                                                        txn.last_stable_offset))
+        except StorageError:
+            segment.truncate_to(first)
+            self.producer_state.truncate(self.log_start_offset, self.next_offset, self.state_batches)
+            self._refresh_txn_segments()
+            raise
+        if not had_entries and segment.txn_index.count:
+            self._refresh_txn_segments()
+        self._completions_pending = self.producer_state.on_high_watermark(self.high_watermark)
 
     def _check_timestamps(self, headers: Sequence[rb.BatchHeader], now: int) -> None:
         before, after = self.config.message_timestamp_before_max_ms, self.config.message_timestamp_after_max_ms
@@ -390,8 +548,28 @@ class Log:
     # -- reading ---------------------------------------------------------------------------------
 
     def batch_headers(self, from_offset: int) -> Iterator[rb.BatchHeader]:
-        """Headers of the batches from the one holding ``from_offset`` to the log end (rebuilding
-        producer state). Reads whole chunks of the segment files; batches are CRC-checked."""
+        """Headers of the batches from the one holding ``from_offset`` to the log end. Reads whole
+        chunks of the segment files; batches are CRC-checked."""
+        for _data, _pos, header in self._scan_batches(from_offset):
+            yield header
+
+    def state_batches(self, from_offset: int) -> Iterator[LoggedBatch]:
+        """``(header, marker)`` of the batches from the one holding ``from_offset`` to the log end, for
+        rebuilding producer state: ``marker`` is what a transaction marker says, else None. Only
+        control batches are decoded (one small record each)."""
+        for data, pos, header in self._scan_batches(from_offset):
+            if not header.attributes & rb.CONTROL_BIT:
+                yield header, None
+                continue
+            try:
+                marker = read_marker(memoryview(data)[pos : pos + header.size])
+            except KafkaError as e:
+                log.warning("%s: control batch at offset %d is unreadable (%s); its transaction stays open",
+                            self.name, header.base_offset, e)
+                marker = None
+            yield header, marker
+
+    def _scan_batches(self, from_offset: int) -> Iterator[tuple[bytes, int, rb.BatchHeader]]:
         offset = max(from_offset, self.log_start_offset)
         end = self.next_offset
         while offset < end:
@@ -400,9 +578,9 @@ class Log:
                 return
             data = region.read_bytes()
             last = None
-            for _pos, header in iter_batches(data, allow_partial_tail=True):
+            for pos, header in iter_batches(data, allow_partial_tail=True):
                 last = header
-                yield header
+                yield data, pos, header
             if last is None or last.next_offset <= offset:
                 return
             offset = last.next_offset
@@ -484,7 +662,49 @@ class Log:
 
     def update_high_watermark(self, offset: int) -> int:
         self.high_watermark = min(max(offset, self.log_start_offset), self.next_offset)
+        if self._completions_pending:
+            self._completions_pending = self.producer_state.on_high_watermark(self.high_watermark)
         return self.high_watermark
+
+    # -- transactions ----------------------------------------------------------------------------
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The offset below which every transaction is decided: read_committed readers stop here."""
+        hw = self.high_watermark
+        first = self.producer_state.first_unstable_offset
+        if first is None or first >= hw:
+            return hw
+        return max(first, self.log_start_offset)
+
+    def ongoing_transaction_first_offset(self, producer_id: int) -> int | None:
+        """First offset of the producer's ongoing transaction in this partition; None if it has none."""
+        return self.producer_state.ongoing_first_offset(producer_id)
+
+    def active_producers(self) -> list[ActiveProducer]:
+        """Every producer the partition keeps state for (DescribeProducers)."""
+        with self._lock:
+            return self.producer_state.active_producers()
+
+    def aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[tuple[int, int]]:
+        """``(producer_id, first_offset)`` of every aborted transaction overlapping
+        ``[start_offset, upper_bound_offset)``: its marker is at or after ``start_offset`` and its first
+        offset below ``upper_bound_offset``.
+
+        Reads the transaction indexes of the segments from the one holding ``start_offset`` on that
+        have entries, and stops at the first entry whose last stable offset reaches the upper bound
+        (Kafka's collectAbortedTransactions): later aborts began at or after it.
+        """
+        txn_segments, txn_bases = self._txn_segments
+        out: list[tuple[int, int]] = []
+        if not txn_segments or upper_bound_offset <= start_offset:
+            return out
+        bases = self._bases
+        floor = bases[max(bisect.bisect_right(bases, start_offset) - 1, 0)]
+        for seg in txn_segments[bisect.bisect_left(txn_bases, floor) :]:
+            if seg.txn_index.collect(start_offset, upper_bound_offset, out):
+                break
+        return out
 
     # -- flushing --------------------------------------------------------------------------------
 
@@ -549,7 +769,7 @@ class Log:
                 self.log_start_offset = new_start
                 self.recovery_point = max(self.recovery_point, new_start)
             self.leader_epochs.truncate_from_start(self.log_start_offset)
-            self.producer_state.truncate(self.log_start_offset, self.next_offset, self.batch_headers)
+            self.producer_state.truncate(self.log_start_offset, self.next_offset, self.state_batches)
             for seg in deleted:
                 log.info("%s: deleting segment %s by retention", self.name, seg.log_path.name)
                 seg.mark_deleted()
@@ -581,7 +801,7 @@ class Log:
             if offset > self.log_start_offset:
                 self.log_start_offset = offset
                 self.leader_epochs.truncate_from_start(offset)
-                self.producer_state.truncate(offset, self.next_offset, self.batch_headers)
+                self.producer_state.truncate(offset, self.next_offset, self.state_batches)
         self.delete_retained_segments(only_below_log_start=True)
         return self.log_start_offset
 
@@ -631,7 +851,9 @@ class Log:
         self.high_watermark = min(max(self.high_watermark, self.log_start_offset), self.next_offset)
         self.recovery_point = min(self.recovery_point, self.next_offset)
         self.leader_epochs.truncate_from_end(self.next_offset)
-        self.producer_state.truncate(self.log_start_offset, self.next_offset, self.batch_headers)
+        self.producer_state.on_high_watermark(self.high_watermark)
+        self.producer_state.truncate(self.log_start_offset, self.next_offset, self.state_batches)
+        self._completions_pending = self.producer_state.on_high_watermark(self.high_watermark)
 
     def remove_expired_producers(self, now_ms: int) -> None:
         with self._lock:

@@ -1,4 +1,4 @@
-"""One segment of a partition log: ``<base>.log`` plus its ``.index`` and ``.timeindex``.
+"""One segment of a partition log: ``<base>.log`` plus its ``.index``, ``.timeindex`` and ``.txnindex``.
 
 The log file is a plain concatenation of v2 record batches with their offsets assigned; the name
 is the 20-digit base offset of the first batch. The segment never decodes records: it moves whole
@@ -10,7 +10,10 @@ Invariants:
 - An index entry is added for the first batch after each ``index.interval.bytes`` of appended data;
   the entry maps the batch's last offset to the batch's start position.
 - ``read`` returns a region that starts at a batch boundary and ends at one, and holds at least one
-  whole batch when ``min_one`` is set.
+  whole batch when ``min_one`` is set; its ``end_offset`` is the offset after its last batch.
+- The transaction index (``txn_index.py``) holds the aborted transactions whose ABORT marker is in
+  this segment; the owning log appends to it and rebuilds it, the segment truncates, renames and
+  deletes it with the log file.
 - A failed write truncates the file back to its previous size, so what was stored stays readable.
 - Not thread-safe: the owning ``Log`` serializes appends, truncation and rolling. Reads of a rolled
   segment are safe alongside appends to the active one.
@@ -28,6 +31,7 @@ from odradek.protocol import batch as rb
 from odradek.protocol.errors import CorruptRecordError, InvalidRecordError, StorageError
 from odradek.storage.config import LogConfig
 from odradek.storage.index import IndexCorruptError, OffsetIndex, TimeIndex
+from odradek.storage.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -49,6 +53,7 @@ class FileRegion:
     position: int
     length: int
     first_offset: int  # base offset of the first batch in the region
+    end_offset: int  # the offset after the last batch in the region
 
     def read_bytes(self) -> bytes:
         """Copy the region into memory (tools and tests; the server uses sendfile)."""
@@ -74,6 +79,7 @@ class LogSegment:
         self.indexes_missing = not all((directory / (stem + s)).exists() for s in (INDEX_SUFFIX, TIME_INDEX_SUFFIX))
         self.index = self._open_index(OffsetIndex, directory / (stem + INDEX_SUFFIX))
         self.time_index = self._open_index(TimeIndex, directory / (stem + TIME_INDEX_SUFFIX))
+        self.txn_index = TransactionIndex(directory / (stem + TXN_INDEX_SUFFIX), base_offset)
         self.max_timestamp = -1
         self.offset_of_max_timestamp = base_offset
         self.bytes_since_last_index_entry = 0
@@ -93,7 +99,7 @@ class LogSegment:
 
     @classmethod
     def create(cls, directory: Path, base_offset: int, config: LogConfig, *, now_ms: int) -> LogSegment:
-        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
             (directory / (segment_name(base_offset) + suffix)).unlink(missing_ok=True)
         seg = cls(directory, base_offset, config, now_ms=now_ms)
         seg.make_active()
@@ -204,15 +210,21 @@ class LogSegment:
         if start + first.size > limit:
             if not min_one or start + first.size > ceiling:
                 return None
-            return FileRegion(self.file, start, first.size, first.base_offset)
+            return FileRegion(self.file, start, first.size, first.base_offset, first.next_offset)
         _, scan_from = self.index.lookup_position(limit)
         scan_from = max(scan_from, start)
         end = scan_from
+        end_offset = -1  # the offset after the batch ending at ``end``: the next batch's base offset
         for pos, header in self.iter_headers(scan_from, limit):
+            if end_offset < 0:
+                end_offset = header.base_offset
             if pos + header.size > limit:
                 break
-            end = pos + header.size
-        return FileRegion(self.file, start, end - start, first.base_offset)
+            end, end_offset = pos + header.size, header.next_offset
+        if end_offset < 0:  # the batch at scan_from (which the index names) starts too close to the limit
+            following = self._header_at(scan_from)
+            end_offset = following.base_offset if following is not None else self.next_offset
+        return FileRegion(self.file, start, end - start, first.base_offset, end_offset)
 
     def position_of(self, offset: int) -> int:
         """File position where the batch holding ``offset`` starts, or ``size`` if none."""
@@ -291,6 +303,7 @@ class LogSegment:
             os.fsync(self.fd)
             self.index.flush()
             self.time_index.flush()
+            self.txn_index.flush()
         except OSError as e:
             raise StorageError(f"flush of {self.log_path} failed: {e}") from e
 
@@ -303,6 +316,7 @@ class LogSegment:
         removed = self.size - pos
         self.index.truncate_to(header.base_offset)
         self.time_index.truncate_to(header.base_offset)
+        self.txn_index.truncate_to(header.base_offset)
         try:
             os.ftruncate(self.fd, pos)
         except OSError as e:
@@ -357,8 +371,10 @@ class LogSegment:
         self.bytes_since_last_index_entry = since
 
     def recover(self, on_batch: Callable[[rb.BatchHeader], None] | None = None) -> int:
-        """Check every batch (structure, CRC, increasing offsets), rebuild the indexes, and cut the
-        file at the first invalid batch. Returns the number of bytes cut off."""
+        """Check every batch (structure, CRC, increasing offsets), rebuild the offset and time indexes,
+        and cut the file at the first invalid batch. Returns the number of bytes cut off. The
+        transaction index is emptied: the log refills it by replaying the segment's markers."""
+        self.txn_index.reset()
         file_size = os.fstat(self.fd).st_size
         valid: list[rb.BatchHeader] = []
         pos = 0
@@ -407,6 +423,7 @@ class LogSegment:
             self.on_roll()
         self.index.close()
         self.time_index.close()
+        self.txn_index.close()
         self.file.close()
 
     def mark_deleted(self) -> None:
@@ -421,6 +438,7 @@ class LogSegment:
             self.log_path = new_log
             self.index.rename(self.index.path.with_name(self.index.path.name + DELETED_SUFFIX))
             self.time_index.rename(self.time_index.path.with_name(self.time_index.path.name + DELETED_SUFFIX))
+            self.txn_index.rename(self.txn_index.path.with_name(self.txn_index.path.name + DELETED_SUFFIX))
         except OSError as e:
             raise StorageError(f"cannot rename segment {self.log_path} for deletion: {e}") from e
         self.deleted = True
@@ -429,5 +447,6 @@ class LogSegment:
         """Close and unlink (after ``file.delete.delay.ms``, or at once when the log is deleted)."""
         self.index.delete()
         self.time_index.delete()
+        self.txn_index.delete()
         self.file.close()
         self.log_path.unlink(missing_ok=True)

@@ -50,8 +50,9 @@ class Node:
     def _start(self) -> Broker:
         broker = Broker(BrokerConfig.from_properties(self.props))
         broker.start()
-        to_load = broker.groups.start()
+        to_load, txns = broker.groups.start(), broker.txns.start()
         self.loop.run_until_complete(broker.groups.load(to_load))
+        self.loop.run_until_complete(broker.txns.load(txns))
         return broker
 
     def restart(self) -> None:
@@ -204,10 +205,11 @@ def test_find_coordinator_creates_the_internal_topic_and_refuses_other_keys(node
     topic = node.broker.registry.get(OFFSETS_TOPIC)
     assert topic is not None and topic.internal and topic.partitions == 3
     txn = node.call(apis.FIND_COORDINATOR, 3, {"key": "tx", "key_type": 1})
-    assert txn.error_code == E.COORDINATOR_NOT_AVAILABLE and "transactions" in txn.error_message
+    assert (txn.error_code, txn.node_id) == (E.NONE, node.broker.node_id)
     meta = node.call(apis.METADATA, 12, {"topics": None, "allow_auto_topic_creation": False,
                                          "include_topic_authorized_operations": False})
-    assert [(t.name, t.is_internal) for t in meta.topics] == [(OFFSETS_TOPIC, True)]
+    assert sorted((t.name, t.is_internal) for t in meta.topics) == [(OFFSETS_TOPIC, True),
+                                                                     ("__transaction_state", True)]
 
 
 def test_the_internal_topic_cannot_be_produced_to_deleted_or_resized(node: Node) -> None:

@@ -45,9 +45,16 @@ def test_init_producer_id_gives_fresh_ids_at_epoch_zero(node: Node, version: int
     assert first.producer_epoch == second.producer_epoch == 0
 
 
-def test_transactional_ids_wait_for_the_transaction_coordinator(node: Node) -> None:
-    r = _init(node, transactional_id="tx-1")
-    assert (r.error_code, r.producer_id, r.producer_epoch) == (E.COORDINATOR_NOT_AVAILABLE, -1, -1)
+@pytest.mark.parametrize("version", range(6))
+def test_a_transactional_id_keeps_its_producer_id_and_bumps_its_epoch(node: Node, version: int) -> None:
+    first = _init(node, version, transactional_id="tx-1")
+    second = _init(node, version, transactional_id="tx-1")
+    other = _init(node, version, transactional_id="tx-2")
+    assert (first.error_code, second.error_code, other.error_code) == (E.NONE, E.NONE, E.NONE)
+    assert second.producer_id == first.producer_id != other.producer_id
+    assert (first.producer_epoch, second.producer_epoch) == (0, 1)
+    node.restart()  # the id's state is replayed from __transaction_state
+    assert _init(node, version, transactional_id="tx-1").producer_epoch == 2
 
 
 def test_producer_ids_never_repeat_across_restarts(node: Node) -> None:

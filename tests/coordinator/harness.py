@@ -1,6 +1,8 @@
 """A synchronous stand-in for the broker's group runtime: applies Effects the way ``broker/group_runtime.py``
-does (records appended to an in-memory log per partition, replayed, then replies delivered), with time
-passed explicitly. Tests drive the real ``GroupCoordinator`` through it."""
+does (records appended to an in-memory log per partition, replayed with their offsets and producer ids,
+then replies delivered), with time passed explicitly. Transaction markers and rewrites are emulated as
+the runtime does them (a rewrite keeps the log from the oldest pending transactional offset). Tests
+drive the real ``GroupCoordinator`` through it."""
 
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ from typing import Any
 from odradek.coordinator.group import consumer_protocol as cp
 from odradek.coordinator.group.config import GroupConfig
 from odradek.coordinator.group.coordinator import GroupCoordinator
-from odradek.coordinator.group.effects import Effects, Record
+from odradek.coordinator.group.effects import Effects
+from odradek.coordinator.group.log_entries import DataRecord, LogEntry, TxnMarker
 from odradek.protocol.errors import ErrorCode
 
 E = ErrorCode
@@ -30,7 +33,8 @@ class Harness:
         self.config = config or GroupConfig(initial_rebalance_delay_ms=0, min_session_timeout_ms=100)
         ids = itertools.count(1)
         self.coord = GroupCoordinator(self.config, partitions, new_member_id=lambda cid: f"{cid}-{next(ids)}")
-        self.log: dict[int, list[Record]] = defaultdict(list)
+        self.log: dict[int, list[LogEntry]] = defaultdict(list)  # an entry's offset is its index
+        self.log_start: dict[int, int] = defaultdict(int)
         self.replies: dict[int, Any] = {}
         self.tickets = itertools.count(1)
         self.now = 0
@@ -44,9 +48,10 @@ class Harness:
                 if w.on_failure is not None:
                     self._deliver(w.on_failure(E.KAFKA_STORAGE_ERROR))
                 continue
-            self.log[w.partition].extend(w.records)
+            log = self.log[w.partition]
             for key, value in w.records:
-                self.coord.replay(key, value)
+                log.append(DataRecord(key, value, len(log), w.producer_id))
+                self.coord.replay(key, value, record_offset=len(log) - 1, producer_id=w.producer_id)
             self._deliver(w.replies)
         self._deliver(fx.replies)
 
@@ -104,6 +109,36 @@ class Harness:
         result: dict[tuple[str, int], ErrorCode] = self.reply(t)
         return result
 
+    def txn_commit(self, group: str, producer_id: int, offsets: dict[tuple[str, int], int], *, member_id: str = "",
+                   generation: int = -1, instance: str | None = None, metadata: str = "", epoch: int = 0
+                   ) -> dict[tuple[str, int], ErrorCode]:
+        requests = [(tp[0], tp[1], o, -1, metadata) for tp, o in offsets.items()]
+        t = self.call("txn_commit", group_id=group, producer_id=producer_id, producer_epoch=epoch,
+                      generation_id=generation, member_id=member_id, group_instance_id=instance, offsets=requests,
+                      partition_exists=lambda topic, p: topic.startswith("t") and p < 8)
+        result: dict[tuple[str, int], ErrorCode] = self.reply(t)
+        return result
+
+    def marker(self, group: str, producer_id: int, commit: bool) -> None:
+        """The transaction coordinator's marker in ``group``'s partition, appended then replayed."""
+        partition = self.coord.partition_of(group)
+        self.log[partition].append(TxnMarker(producer_id, commit))
+        self.coord.replay_marker(partition, producer_id, commit)
+
+    def committed(self, group: str) -> dict[tuple[str, int], int]:
+        error, found = self.coord.fetch_offsets(group, None)
+        assert error == E.NONE
+        return {tp: e.offset for tp, e, _ in found if e is not None}
+
+    def rewrite(self, partition: int) -> None:
+        """As the runtime rewrites: the live records appended (keeping their record offsets), and the log start
+        moved to them, or to the oldest pending transactional offset if that is older."""
+        log = self.log[partition]
+        start = len(log)
+        log.extend(self.coord.live_records(partition))
+        oldest = self.coord.oldest_pending_offset(partition)
+        self.log_start[partition] = start if oldest is None else min(start, oldest)
+
     def stable_group(self, group: str, n: int) -> list[tuple[str, int]]:
         """Join ``n`` members (two-step JoinGroup v4+), sync with one partition each; returns (member id, gen)."""
         ids = []
@@ -125,9 +160,9 @@ class Harness:
     def rebuilt(self) -> GroupCoordinator:
         """A fresh coordinator that replayed everything this one wrote (a broker restart)."""
         fresh = GroupCoordinator(self.config, self.coord.num_partitions)
-        for p, records in self.log.items():
+        for p, entries in self.log.items():
             fresh.begin_load(p)
-            for key, value in records:
-                fresh.replay(key, value)
+            for entry in entries[self.log_start[p]:]:
+                fresh.replay_entry(p, entry)
             fresh.finish_load(p, self.now)
         return fresh

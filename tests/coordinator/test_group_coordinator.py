@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from odradek.coordinator.group.config import GroupConfig
+from odradek.coordinator.group.log_entries import DataRecord
 from odradek.coordinator.group.model import GroupState
 from odradek.coordinator.group.records import GroupKey
 from odradek.protocol.errors import ErrorCode
@@ -26,7 +27,8 @@ def test_two_step_join_then_sync_makes_the_group_stable() -> None:
     s = h.sync("g", first["member_id"], 1, [(first["member_id"], plan)])
     assert h.reply(s)["assignment"] == plan
     assert h.coord.groups["g"].state is S.STABLE
-    assert isinstance(h.log[h.coord.partition_of("g")][-1][0], GroupKey)
+    last = h.log[h.coord.partition_of("g")][-1]
+    assert isinstance(last, DataRecord) and isinstance(last.key, GroupKey)
 
 
 def test_followers_get_their_assignment_and_no_member_list() -> None:
@@ -187,7 +189,7 @@ def test_simple_commits_create_a_group_and_survive_replay() -> None:
     fresh = h.rebuilt()
     error, found = fresh.fetch_offsets("simple", None)
     assert error == E.NONE
-    assert [(tp, e.offset, e.metadata) for tp, e in found if e] == [(("t", 0), 42, "hello"), (("t", 1), 43, "hello")]
+    assert [(tp, e.offset, e.metadata) for tp, e, _ in found if e] == [(("t", 0), 42, "hello"), (("t", 1), 43, "hello")]
 
 
 def test_heartbeat_and_sync_errors() -> None:
@@ -292,7 +294,7 @@ def test_deleted_topics_lose_their_offsets() -> None:
     h = Harness()
     h.commit("g1", {("t", 0): 1, ("tt", 0): 2})
     h.apply(h.coord.remove_topic_offsets("t"))
-    assert [tp for tp, _ in h.coord.fetch_offsets("g1", None)[1]] == [("tt", 0)]
+    assert [tp for tp, _, _ in h.coord.fetch_offsets("g1", None)[1]] == [("tt", 0)]
 
 
 def test_loading_partitions_answer_load_in_progress() -> None:
@@ -341,3 +343,22 @@ def test_a_restarted_static_leader_of_an_old_client_syncs_as_a_follower_without_
     assert h.coord.groups["g"].state is S.STABLE and h.coord.groups["g"].leader == again["member_id"]
     s = h.reply(h.sync("g", again["member_id"], again["generation_id"], instance="i-1"))
     assert s["assignment"] == plan
+
+
+def test_a_static_member_that_rejoined_with_a_new_id_still_expires_when_silent() -> None:
+    h = Harness()
+    first = h.reply(h.join("g", client="s", instance="i-1", version=3))
+    h.sync("g", first["member_id"], first["generation_id"], [(first["member_id"], b"")], instance="i-1")
+    again = h.reply(h.join("g", client="s", instance="i-1", version=3))
+    assert again["member_id"] != first["member_id"] and h.coord.groups["g"].state is S.STABLE
+    for _ in range(3):
+        h.advance(1000)  # its session timeout is 1000 ms: the renamed member must not be kept forever
+    assert not h.coord.groups["g"].members and h.coord.groups["g"].state is S.EMPTY
+
+
+def test_an_instance_id_no_member_holds_is_an_unknown_member() -> None:
+    h = Harness()
+    (a, gen), _ = h.stable_group("g", 2)
+    assert h.heartbeat("g", a, gen, instance="nobody") == E.UNKNOWN_MEMBER_ID
+    assert h.commit("g", {("t", 0): 1}, member_id=a, generation=gen, instance="nobody") == {
+        ("t", 0): E.UNKNOWN_MEMBER_ID}

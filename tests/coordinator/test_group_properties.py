@@ -1,11 +1,14 @@
-"""Random interleavings of members' requests and time: the coordinator never gets stuck, never answers a
-request twice, and its durable state is always exactly what replaying its records gives."""
+"""Random interleavings of members' requests, transactional offset commits, transaction markers, rewrites
+and time: the coordinator never gets stuck, never answers a request twice, and its durable state (committed
+and pending offsets with their record offsets, persisted groups) is always exactly what replaying its log
+from its log start gives."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from odradek.coordinator.group.coordinator import GroupCoordinator
 from odradek.coordinator.group.model import GroupState
 from odradek.protocol.errors import ErrorCode
 from tests.coordinator.harness import Harness, assignment
@@ -22,12 +25,26 @@ action = st.one_of(
     st.tuples(st.just("leave"), st.sampled_from(GROUPS), st.sampled_from(CLIENTS), st.booleans()),
     st.tuples(st.just("advance"), st.sampled_from(GROUPS), st.sampled_from(CLIENTS), st.booleans()),
     st.tuples(st.just("delete"), st.sampled_from(GROUPS), st.sampled_from(CLIENTS), st.booleans()),
+    st.tuples(st.just("txn_commit"), st.sampled_from(GROUPS), st.sampled_from(CLIENTS), st.booleans()),
+    st.tuples(st.just("marker"), st.sampled_from(GROUPS), st.sampled_from(CLIENTS), st.booleans()),
+    st.tuples(st.just("rewrite"), st.sampled_from(GROUPS), st.sampled_from(CLIENTS), st.booleans()),
 )
+PRODUCERS = {"a": 1000, "b": 2000, "c": 1000}  # clients act as transactional producers too (two of them share one)
 
 
-def _durable(h: Harness) -> dict[str, tuple[object, object]]:
-    return {g.group_id: (dict(g.offsets), g.persisted) for g in h.coord.groups.values()
-            if g.offsets or g.persisted is not None}
+def _durable(coord: GroupCoordinator) -> dict[str, tuple[object, object, object]]:
+    return {g.group_id: (dict(g.offsets), g.persisted, g.pending_txn_offsets) for g in coord.groups.values()
+            if g.offsets or g.persisted is not None or g.pending_txn_offsets}
+
+
+def _check_txn_index(coord: GroupCoordinator) -> None:
+    """``open_txns`` names exactly the groups that hold pending offsets of each (partition, producer)."""
+    expected: dict[tuple[int, int], set[str]] = {}
+    for g in coord.groups.values():
+        assert all(g.pending_txn_offsets.values()), "no empty pending maps are kept"
+        for pid in g.pending_txn_offsets:
+            expected.setdefault((coord.partition_of(g.group_id), pid), set()).add(g.group_id)
+    assert coord.open_txns == expected
 
 
 @settings(max_examples=300, deadline=None)
@@ -60,6 +77,14 @@ def test_random_interleavings(actions: list[tuple[str, str, str, bool]]) -> None
             h.advance(700 if flag else 150)
         elif kind == "delete":
             h.call("delete_group", group_id=group)
+        elif kind == "txn_commit":  # with the member's fields (v3+) or without (v0-v2)
+            h.txn_commit(group, PRODUCERS[client], {("t", 1): len(h.replies), ("t", 2): 3},
+                         member_id=member_id if flag else "", generation=generation if flag else -1,
+                         instance=instance if flag else None)
+        elif kind == "marker":
+            h.marker(group, PRODUCERS[client], commit=flag)
+        elif kind == "rewrite":
+            h.rewrite(h.coord.partition_of(group))
         for t in list(pending):
             r = h.reply(t)
             if r is not None:
@@ -68,8 +93,9 @@ def test_random_interleavings(actions: list[tuple[str, str, str, bool]]) -> None
                     known[(group, client)] = (r["member_id"], r.get("generation_id", -1))
         # the durable state is exactly what a restart would rebuild from the records
         fresh = h.rebuilt()
-        assert {g.group_id: (dict(g.offsets), g.persisted) for g in fresh.groups.values()
-                if g.offsets or g.persisted is not None} == _durable(h)
+        assert _durable(fresh) == _durable(h.coord)
+        _check_txn_index(h.coord)
+        _check_txn_index(fresh)
         for g in h.coord.groups.values():
             assert g.leader is None or g.leader in g.members
             assert set(g.static_members.values()) <= set(g.members)

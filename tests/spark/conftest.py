@@ -48,5 +48,7 @@ def spark() -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def spark_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with running_broker(tmp_path_factory.mktemp("spark-broker"), {"log.segment.bytes": str(16 << 20)}) as b:
+    overrides = {"log.segment.bytes": str(16 << 20), "transaction.state.log.num.partitions": "4",
+                 "offsets.topic.num.partitions": "4"}
+    with running_broker(tmp_path_factory.mktemp("spark-broker"), overrides) as b:
         yield b

@@ -127,3 +127,68 @@ def test_streaming_write_to_a_topic(spark: Any, spark_broker: BrokerProcess, tmp
     back = (spark.read.format("odradek").option("kafka.bootstrap.servers", spark_broker.bootstrap)
             .option("subscribe", target).load().collect())
     assert sorted(r.value for r in back) == sorted(b"V%d" % i for i in range(60))
+
+
+def test_killed_streaming_writes_to_a_topic_leave_each_record_once(
+        spark: Any, spark_broker: BrokerProcess, tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from confluent_kafka import OFFSET_BEGINNING, Consumer
+    from confluent_kafka import TopicPartition as TP
+
+    source = _topic(spark_broker, partitions=2)
+    target = _topic(spark_broker, partitions=2)
+    _produce(spark_broker, source, 400, partitions=2)
+    repo = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=str(repo))
+    cmd = [sys.executable, "-m", "tests.spark.stream_job", spark_broker.bootstrap, source, str(tmp_path),
+           f"to-topic={target}"]
+    commits = tmp_path / "checkpoint" / "commits"
+    offsets = tmp_path / "checkpoint" / "offsets"
+
+    def count(d: Path) -> int:
+        return len(list(d.glob("[0-9]*"))) if d.exists() else 0
+
+    for round_ in range(2):  # kill twice inside a running micro-batch
+        job = subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 120
+            goal = count(commits) + 2
+            while time.monotonic() < deadline and count(commits) < goal:
+                time.sleep(0.1)
+            assert job.poll() is None, "the streaming job ended before it could be killed"
+            while time.monotonic() < deadline and count(offsets) <= count(commits):
+                time.sleep(0.02)
+            time.sleep(0.3 + 0.2 * round_)
+            job.send_signal(signal.SIGKILL)
+            job.wait(30)
+        finally:
+            if job.poll() is None:
+                job.kill()
+    assert count(commits) < 10, "the kills came too late"
+    rerun = subprocess.run([*cmd, "available-now"], cwd=repo, env=env, capture_output=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr.decode(errors="replace")[-3000:]
+
+    def read(isolation: str) -> list[bytes]:
+        c = Consumer({"bootstrap.servers": spark_broker.bootstrap, "group.id": f"check-{isolation}",
+                      "isolation.level": isolation, "enable.auto.commit": False})
+        c.assign([TP(target, p, OFFSET_BEGINNING) for p in range(2)])
+        got: list[bytes] = []
+        quiet = time.monotonic()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and time.monotonic() - quiet < 2:
+            msgs = [m.value() for m in c.consume(500, timeout=0.2) if m.error() is None]
+            if msgs:
+                got += msgs
+                quiet = time.monotonic()
+        c.close()
+        return got
+
+    committed = read("read_committed")
+    expected = [b"v%d" % i for i in range(400)]
+    assert sorted(committed) == sorted(expected), f"{len(committed)} records, {len(set(committed))} distinct"
+    assert len(read("read_uncommitted")) >= 400

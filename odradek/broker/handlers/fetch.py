@@ -1,10 +1,18 @@
-"""Fetch: long polling, fetch sessions, and record sets sent with sendfile.
+"""Fetch: long polling, fetch sessions, isolation levels, and record sets sent with sendfile.
 
-Per partition: records from ``fetch_offset`` up to the high watermark, at most
+Per partition: records from ``fetch_offset`` up to the high watermark (read_uncommitted) or the last
+stable offset (read_committed: nothing of an undecided transaction), at most
 ``partition_max_bytes``, within the response's ``max_bytes``; the first batch of the first
 partition with data is returned whole even if it is larger (so consumers always progress). If
 fewer than ``min_bytes`` are available the request waits up to ``max_wait_ms`` for an append to any
-of its partitions.
+of its partitions (a transaction marker notifies too, so a read_committed fetch wakes when the last
+stable offset moves), re-reading until enough is visible or the time is up.
+
+Every partition reports its real last stable offset, whatever the isolation level (as Kafka does).
+A read_committed answer lists the aborted transactions overlapping the range it returns,
+``[fetch_offset, offset after its last batch)``; batches are still sent as stored (no filtering, no
+decoding): the consumer drops the aborted producers' records using that list, as with Kafka. A
+read_uncommitted answer has no list (null).
 """
 
 from __future__ import annotations
@@ -158,8 +166,11 @@ def _read(
             pd.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             errors += 1
             continue
-        pd.high_watermark = lg.high_watermark
-        pd.last_stable_offset = lg.high_watermark
+        high_watermark = lg.high_watermark
+        last_stable = lg.last_stable_offset
+        visible_end = last_stable if read_committed else high_watermark
+        pd.high_watermark = high_watermark
+        pd.last_stable_offset = last_stable
         pd.log_start_offset = lg.log_start_offset
         pd.aborted_transactions = [] if read_committed else None
         leader_epoch = lg.leader_epochs.latest_epoch or 0
@@ -168,13 +179,13 @@ def _read(
                              else ErrorCode.UNKNOWN_LEADER_EPOCH)
             errors += 1
             continue
-        if w.state.fetch_offset > lg.high_watermark and w.state.fetch_offset <= lg.next_offset:
-            continue  # above the high watermark but inside the log: nothing visible yet
+        if w.state.fetch_offset > visible_end and w.state.fetch_offset <= lg.next_offset:
+            continue  # above what this isolation level may see but inside the log: nothing visible yet
         limit = min(w.state.max_bytes, remaining)
         if limit <= 0 and not min_one:
             continue
         try:
-            region = lg.read(w.state.fetch_offset, max(limit, 0), max_offset=lg.high_watermark, min_one=min_one)
+            region = lg.read(w.state.fetch_offset, max(limit, 0), max_offset=visible_end, min_one=min_one)
         except OffsetOutOfRangeError:
             pd.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
             errors += 1
@@ -184,6 +195,8 @@ def _read(
             errors += 1
             continue
         if region is not None and region.length:
+            if read_committed:
+                pd.aborted_transactions = lg.aborted_transactions(w.state.fetch_offset, region.end_offset)
             pd.records = region
             total += region.length
             remaining -= region.length

@@ -38,8 +38,11 @@ def _coordinator(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]
         b.groups.ensure_started()
         entry.update(node_id=b.node_id, host=b.config.advertised_host, port=b.config.advertised_port)
     elif key_type == KEY_TYPE_TRANSACTION:
-        entry.update(error_code=E.COORDINATOR_NOT_AVAILABLE,
-                     error_message="transactions are not supported by this broker yet")
+        if not key:
+            entry.update(error_code=E.INVALID_REQUEST, error_message="the transactional id is empty")
+            return entry
+        b.txns.ensure_started()
+        entry.update(node_id=b.node_id, host=b.config.advertised_host, port=b.config.advertised_port)
     else:
         entry.update(error_code=E.INVALID_REQUEST, error_message=f"unknown coordinator key type {key_type}")
     return entry

@@ -1,4 +1,10 @@
-"""ListOffsets: earliest, latest, max timestamp, or the first offset at or after a timestamp."""
+"""ListOffsets: earliest, latest, max timestamp, or the first offset at or after a timestamp.
+
+The isolation level (v2+) bounds what may be answered, as in Kafka: read_uncommitted sees up to the
+high watermark, read_committed up to the last stable offset. LATEST is that bound itself; an offset
+found by timestamp (or MAX_TIMESTAMP) is answered only if it lies below the bound, else the answer
+is "none found" (offset and timestamp -1), so a consumer is never pointed into undecided data.
+"""
 
 from __future__ import annotations
 
@@ -12,10 +18,12 @@ EARLIEST = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
 LATEST_TIERED = -5
+READ_COMMITTED = 1
 
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     b = ctx.broker
+    read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     topics = []
     for t in request.topics:
         parts = []
@@ -24,22 +32,23 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
                                      "timestamp": -1, "offset": -1, "leader_epoch": -1}
             try:
                 lg = b.get_log(t.name, p.partition_index)
+                fetchable_end = lg.last_stable_offset if read_committed else lg.high_watermark
                 ts = p.timestamp
                 if ts == LATEST:
-                    entry["offset"] = lg.high_watermark
+                    entry["offset"] = fetchable_end
                 elif ts in (EARLIEST, EARLIEST_LOCAL):
                     entry["offset"] = lg.log_start_offset
                 elif ts == LATEST_TIERED:
                     pass  # no tiered storage: nothing is tiered
                 elif ts == MAX_TIMESTAMP:
                     found = lg.max_timestamp_offset()
-                    if found is not None:
+                    if found is not None and found.offset < fetchable_end:
                         entry["timestamp"], entry["offset"] = found.timestamp, found.offset
                 elif ts < 0:
                     entry["error_code"] = ErrorCode.UNSUPPORTED_VERSION
                 else:
                     found = lg.offset_for_timestamp(ts)
-                    if found is not None and found.offset < lg.high_watermark:
+                    if found is not None and found.offset < fetchable_end:
                         entry["timestamp"], entry["offset"] = found.timestamp, found.offset
                 if entry["offset"] >= 0:
                     epoch = lg.leader_epochs.epoch_for_offset(entry["offset"])

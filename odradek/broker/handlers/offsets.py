@@ -1,22 +1,36 @@
-"""Committed offsets: OffsetCommit, OffsetFetch (one group, or many from v8) and OffsetDelete.
+"""Committed offsets: OffsetCommit, TxnOffsetCommit, OffsetFetch (one group, or many from v8) and OffsetDelete.
 
-The coordinator (``coordinator/group/offsets.py``) decides; this module maps requests and results
-across versions: OffsetFetch v1 has no group-level error (it goes on every partition), v2-v7 one
-group with a top-level error, v8+ a list of groups.
+The coordinator (``coordinator/group/offsets.py``, ``txn_offsets.py``) decides; this module maps requests
+and results across versions: OffsetFetch v1 has no group-level error (it goes on every partition),
+v2-v7 one group with a top-level error, v8+ a list of groups; from v7 ``require_stable`` (KIP-447)
+turns a partition with a pending transactional offset into UNSTABLE_OFFSET_COMMIT (a partition
+error; the group's error stays NONE, as in Kafka). TxnOffsetCommit v0-v2 carry no member fields (the
+coordinator then skips the member checks); v0 and v1 clients (Kafka before 2.0) do not retry
+COORDINATOR_LOAD_IN_PROGRESS, so they get COORDINATOR_NOT_AVAILABLE instead (KAFKA-7296, as Kafka).
+TxnOffsetCommit is served up to v4: v5 belongs to KIP-890's second phase (the broker adding the
+offsets partition to the transaction itself), which this broker does not offer. Before a producer's
+first transactional offsets in the group's partition, the transaction coordinator confirms that the
+partition is in the producer's transaction (KIP-890 part 1, as for Produce): a client that skipped
+AddOffsetsToTxn gets INVALID_TXN_STATE instead of leaving offsets pending that no marker would settle.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from odradek.broker.context import RawResponse, RequestContext
 from odradek.coordinator.group.model import OffsetEntry
+from odradek.coordinator.group.offsets import CommitRequest
+from odradek.coordinator.group.records import partition_for
+from odradek.coordinator.txn.replies import for_request_version
 from odradek.protocol import offset_commit_response
 from odradek.protocol.entities import millis
 from odradek.protocol.errors import ErrorCode
 
 E = ErrorCode
 NO_OFFSET = -1
+OFFSETS_TOPIC = "__consumer_offsets"
 
 
 def _grouped(results: dict[tuple[str, int], ErrorCode]) -> list[dict[str, Any]]:
@@ -26,16 +40,26 @@ def _grouped(results: dict[tuple[str, int], ErrorCode]) -> list[dict[str, Any]]:
     return [{"name": name, "partitions": parts} for name, parts in topics.items()]
 
 
-async def handle_offset_commit(ctx: RequestContext, request: Any) -> RawResponse:
-    b = ctx.broker
-    offsets = [(t.name, p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", -1),
-                p.committed_metadata) for t in request.topics for p in t.partitions]
-    retention = millis(getattr(request, "retention_time", -1))
+def _commit_requests(request: Any) -> list[CommitRequest]:
+    return [(t.name, p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", -1),
+             p.committed_metadata) for t in request.topics for p in t.partitions]
+
+
+def _partition_exists(ctx: RequestContext) -> Callable[[str, int], bool]:
+    registry = ctx.broker.registry
 
     def exists(topic: str, partition: int) -> bool:
-        known = b.registry.get(topic)
+        known = registry.get(topic)
         return known is not None and 0 <= partition < known.partitions
 
+    return exists
+
+
+async def handle_offset_commit(ctx: RequestContext, request: Any) -> RawResponse:
+    b = ctx.broker
+    offsets = _commit_requests(request)
+    retention = millis(getattr(request, "retention_time", -1))
+    exists = _partition_exists(ctx)
     results = await b.groups.call(lambda c, ticket, now: c.commit(
         ticket, group_id=request.group_id, generation_id=request.generation_id_or_member_epoch,
         member_id=request.member_id, group_instance_id=getattr(request, "group_instance_id", None),
@@ -43,13 +67,56 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> RawResponse
     return RawResponse([offset_commit_response.encode(ctx.version, results)])
 
 
-def _fetch_group(ctx: RequestContext, group_id: str, topics: Any) -> tuple[ErrorCode, list[dict[str, Any]]]:
+_VERIFY_RETRIABLE = (E.CONCURRENT_TRANSACTIONS, E.COORDINATOR_LOAD_IN_PROGRESS, E.COORDINATOR_NOT_AVAILABLE,
+                     E.NOT_COORDINATOR)
+
+
+def _txn_verification_error(ctx: RequestContext, request: Any) -> ErrorCode | None:
+    """KIP-890 part 1: the group's offsets partition must be in the producer's ongoing transaction before the
+    producer's first offsets in it (AddOffsetsToTxn puts it there); None if so, else the error to answer."""
+    b = ctx.broker
+    if not b.config.txn_partition_verification or request.producer_id < 0:
+        return None
+    groups = b.groups.ensure_started()
+    partition = partition_for(request.group_id, groups.num_partitions)
+    if b.get_log(OFFSETS_TOPIC, partition).ongoing_transaction_first_offset(request.producer_id) is not None:
+        return None
+    error = b.txns.view().verify_partitions(request.transactional_id, request.producer_id, request.producer_epoch,
+                                            [(OFFSETS_TOPIC, partition)])[(OFFSETS_TOPIC, partition)]
+    if error is E.NONE:
+        return None
+    if error in _VERIFY_RETRIABLE:
+        return E.COORDINATOR_LOAD_IN_PROGRESS if ctx.version >= 2 else E.COORDINATOR_NOT_AVAILABLE
+    if error is E.TRANSACTION_ABORTABLE:
+        return E.INVALID_TXN_STATE
+    return for_request_version(error, "TxnOffsetCommit", ctx.version)
+
+
+async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    offsets = _commit_requests(request)
+    unverified = _txn_verification_error(ctx, request)
+    if unverified is not None:
+        return {"throttle_time": 0, "topics": _grouped({(t, p): unverified for t, p, *_ in offsets})}
+    exists = _partition_exists(ctx)
+    results = await ctx.broker.groups.call(lambda c, ticket, now: c.txn_commit(
+        ticket, group_id=request.group_id, producer_id=request.producer_id, producer_epoch=request.producer_epoch,
+        generation_id=getattr(request, "generation_id", -1), member_id=getattr(request, "member_id", ""),
+        group_instance_id=getattr(request, "group_instance_id", None), offsets=offsets, partition_exists=exists,
+        now=now))
+    if ctx.version < 2:
+        results = {tp: E.COORDINATOR_NOT_AVAILABLE if e == E.COORDINATOR_LOAD_IN_PROGRESS else e
+                   for tp, e in results.items()}
+    return {"throttle_time": 0, "topics": _grouped(results)}
+
+
+def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, require_stable: bool
+                 ) -> tuple[ErrorCode, list[dict[str, Any]]]:
     coord = ctx.broker.groups.view()
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
-    error, found = coord.fetch_offsets(group_id, wanted)
+    error, found = coord.fetch_offsets(group_id, wanted, require_stable=require_stable)
     by_topic: dict[str, list[dict[str, Any]]] = {}
-    for (topic, partition), entry in found:
-        by_topic.setdefault(topic, []).append(_partition(partition, entry, E.NONE))
+    for (topic, partition), entry, partition_error in found:
+        by_topic.setdefault(topic, []).append(_partition(partition, entry, partition_error))
     return error, [{"name": name, "partitions": parts} for name, parts in by_topic.items()]
 
 
@@ -62,13 +129,14 @@ def _partition(partition: int, entry: OffsetEntry | None, error: ErrorCode) -> d
 
 
 async def handle_offset_fetch(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    require_stable = bool(getattr(request, "require_stable", False))
     if ctx.version >= 8:
         groups = []
         for g in request.groups:
-            error, topics = _fetch_group(ctx, g.group_id, g.topics)
+            error, topics = _fetch_group(ctx, g.group_id, g.topics, require_stable)
             groups.append({"group_id": g.group_id, "topics": topics, "error_code": error})
         return {"throttle_time": 0, "groups": groups}
-    error, topics = _fetch_group(ctx, request.group_id, request.topics)
+    error, topics = _fetch_group(ctx, request.group_id, request.topics, require_stable)
     if ctx.version < 2 and error != E.NONE:  # v1 has no group-level error: put it on every partition
         for t in topics:
             for p in t["partitions"]:

@@ -1,12 +1,13 @@
-"""InitProducerId (v0-5): a producer id and epoch for an idempotent producer.
+"""InitProducerId (v0-6): a producer id and epoch, for idempotent and for transactional producers.
 
 Without a ``transactional_id`` every call gets a fresh producer id at epoch 0, as Kafka's broker
 does (a client that bumps its epoch after an error, KIP-360, also gets a fresh id when it has no
-transactional id). With one, the transaction coordinator answers; until it exists here, the answer
-is COORDINATOR_NOT_AVAILABLE, as FindCoordinator's for transactions.
+transactional id). With one, the transaction coordinator answers (``coordinator/txn/init_producer.py``):
+the id's producer id with a bumped epoch, fencing older instances.
 
 Invariants: ``transaction_timeout_ms`` is not checked for idempotent producers (Kafka ignores it);
-the id comes from ``ProducerIdAllocator``, which never repeats one.
+ids come from ``ProducerIdAllocator``, which never repeats one; PRODUCER_FENCED goes to clients older
+than v4 as INVALID_PRODUCER_EPOCH (KIP-588).
 """
 
 from __future__ import annotations
@@ -15,19 +16,36 @@ import logging
 from typing import Any
 
 from odradek.broker.context import RequestContext
+from odradek.coordinator.txn.replies import InitProducerIdResult, for_request_version
+from odradek.protocol.entities import millis
 from odradek.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
 
 
+def _answer(error: ErrorCode, producer_id: int = -1, producer_epoch: int = -1) -> dict[str, Any]:
+    return {"throttle_time": 0, "error_code": error, "producer_id": producer_id, "producer_epoch": producer_epoch}
+
+
 async def handle_init_producer_id(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    if request.transactional_id is not None:
-        return {"throttle_time": 0, "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE, "producer_id": -1,
-                "producer_epoch": -1}
+    tid = request.transactional_id
+    if tid is None:
+        try:
+            pid = ctx.broker.producer_ids.next_producer_id()
+        except (OSError, KafkaError) as e:
+            log.error("cannot allocate a producer id: %s", e)
+            return _answer(ErrorCode.KAFKA_STORAGE_ERROR)
+        return _answer(ErrorCode.NONE, pid, 0)
+    timeout_ms = millis(request.transaction_timeout)
+    pid = getattr(request, "producer_id", -1)
+    epoch = getattr(request, "producer_epoch", -1)
     try:
-        pid = ctx.broker.producer_ids.next_producer_id()
-    except (OSError, KafkaError) as e:
-        log.error("cannot allocate a producer id: %s", e)
-        return {"throttle_time": 0, "error_code": ErrorCode.KAFKA_STORAGE_ERROR, "producer_id": -1,
-                "producer_epoch": -1}
-    return {"throttle_time": 0, "error_code": ErrorCode.NONE, "producer_id": pid, "producer_epoch": 0}
+        result: InitProducerIdResult = await ctx.broker.txns.call(
+            lambda c, ticket, now: c.init_producer_id(ticket, tid, timeout_ms, pid, epoch, now=now))
+    except KafkaError as e:
+        return _answer(e.code)
+    if result.error is ErrorCode.NONE:
+        log.info("transactional id %s: producer id %d epoch %d for %s", tid, result.producer_id,
+                 result.producer_epoch, ctx.peer)
+    return _answer(for_request_version(result.error, "InitProducerId", ctx.version), result.producer_id,
+                   result.producer_epoch)

@@ -1,15 +1,17 @@
 """The group coordinator: the rebalance protocol and committed offsets over one replayable state.
 
 ``GroupCoordinator`` is pure: every operation takes the time and returns ``Effects`` (records to
-append to ``__consumer_offsets``, responses to send); the broker's runtime (``broker/groups.py``)
-does the I/O. This module adds what spans groups: DescribeGroups, ListGroups, DeleteGroups, the
+append to ``__consumer_offsets``, responses to send); the broker's runtime (``broker/group_runtime.py``)
+does the I/O. Membership is in ``membership.py``, offsets in ``offsets.py``, transactional offsets in
+``txn_offsets.py``. This module adds what spans groups: DescribeGroups, ListGroups, DeleteGroups, the
 periodic ``tick``, loading a partition at startup, and the rewrite that keeps the topic bounded.
 
 Invariants:
 - State that survives a restart changes only through ``replay`` (``state.py``).
 - Loading partition ``p``: ``begin_load(p)`` (requests for its groups get COORDINATOR_LOAD_IN_PROGRESS),
-  ``replay`` every record from the log start, ``finish_load(p, now)``; loaded members get a fresh
-  session timeout from ``now``.
+  ``replay_entry`` every record and marker from the log start, ``finish_load(p, now)``; loaded members
+  get a fresh session timeout from ``now``. Pending transactional offsets stay pending through a load:
+  their markers, when they come, settle them.
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ from odradek.coordinator.group.membership import Membership
 from odradek.coordinator.group.model import GroupState, Ticket
 from odradek.coordinator.group.offsets import OffsetOps
 from odradek.coordinator.group.records import GroupKey, OffsetKey
+from odradek.coordinator.group.txn_offsets import TxnOffsetOps
 from odradek.protocol.errors import ErrorCode
 
 E = ErrorCode
 
 
-class GroupCoordinator(Membership, OffsetOps):
+class GroupCoordinator(Membership, OffsetOps, TxnOffsetOps):
     _next_retention_check: int | None = None
 
     # -- loading ------------------------------------------------------------------------------------
@@ -34,7 +37,7 @@ class GroupCoordinator(Membership, OffsetOps):
     def begin_load(self, partition: int) -> None:
         self.loading.add(partition)
         for group in self.groups_in(partition):  # a reload starts from nothing
-            del self.groups[group.group_id]
+            self.forget(group)
 
     def finish_load(self, partition: int, now: int) -> None:
         self.loading.discard(partition)
@@ -88,7 +91,7 @@ class GroupCoordinator(Membership, OffsetOps):
     # -- DeleteGroups -------------------------------------------------------------------------------
 
     def delete_group(self, ticket: Ticket, group_id: str) -> Effects:
-        """Delete an Empty group and its offsets; the reply is an ``ErrorCode``."""
+        """Delete an Empty group and its offsets, pending transactional ones included; the reply is an ``ErrorCode``."""
         fx = Effects()
         error = self.unavailable(group_id)
         group = self.groups.get(group_id)
@@ -98,7 +101,9 @@ class GroupCoordinator(Membership, OffsetOps):
             error = E.NON_EMPTY_GROUP
         if error is not None or group is None:
             return fx.reply(ticket, error)
-        records: list[Any] = [(OffsetKey(group_id, t, p), None) for t, p in group.offsets]
+        # as Kafka: pending transactional offsets go too (their tombstones drop them), and the group with them
+        doomed = sorted(set(group.offsets) | group.pending_partitions())
+        records: list[Any] = [(OffsetKey(group_id, t, p), None) for t, p in doomed]
         records.append((GroupKey(group_id), None))
         fx.writes.append(Write(self.partition_of(group_id), records, [(ticket, E.NONE)], lambda err: [(ticket, err)]))
         return fx

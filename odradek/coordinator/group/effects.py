@@ -6,6 +6,10 @@ coordinator's topic; once they are durable it hands each record to ``replay`` (t
 state changes) and sends ``replies``. If the append fails, it sends ``on_failure(error)`` instead,
 and nothing was applied.
 
+A write with a ``producer_id`` is a TxnOffsetCommit: its records go to the log as one transactional
+batch of that producer and epoch (no sequence number), and replay keeps them pending until the
+producer's COMMIT or ABORT marker in that partition (``txn_offsets.py``).
+
 A reply is ``(ticket, payload)``: the ticket is the runtime's handle for a waiting request (the
 coordinator only stores and returns it); the payload is the operation's result.
 """
@@ -16,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from odradek.coordinator.group.log_entries import NO_PRODUCER_ID
 from odradek.coordinator.group.model import Ticket
 from odradek.coordinator.group.records import Key, Value
 from odradek.protocol.errors import ErrorCode
@@ -30,6 +35,8 @@ class Write:
     records: list[Record]
     replies: list[Reply] = field(default_factory=list)
     on_failure: Callable[[ErrorCode], list[Reply]] | None = None
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = -1
 
 
 @dataclass(slots=True)

@@ -137,6 +137,7 @@ class Membership(CoordinatorState):
         old.join_ticket = old.sync_ticket = None
         was_leader = group.leader == old_id
         member = group.replace_static(instance_id, new_id)
+        member.timer_scheduled = False  # its heap entry names the old id, which no longer finds it
         session, rebalance, _, protocols = args
         unchanged = member.same_protocols(protocols)
         member.session_timeout_ms, member.rebalance_timeout_ms = session, rebalance
@@ -154,7 +155,9 @@ class Membership(CoordinatorState):
 
         def undo(error: ErrorCode) -> list[tuple[Ticket, Any]]:
             if group.static_members.get(instance_id) == new_id:
-                group.replace_static(instance_id, old_id)
+                restored = group.replace_static(instance_id, old_id)
+                restored.timer_scheduled = False
+                self.schedule_heartbeat(group, restored, now)
             return [(ticket, join_error(E.UNKNOWN_SERVER_ERROR if error == E.NONE else error, new_id))]
 
         record = (GroupKey(group.group_id), self.group_record(group, now))

@@ -15,7 +15,10 @@ Invariants:
 - The leader, when set, is a member. ``generation`` only grows.
 - A member has at most one pending JoinGroup and one pending SyncGroup response (``join_ticket``,
   ``sync_ticket``); a member with either pending is kept alive without heartbeats, as in Kafka.
-- ``offsets`` holds what the last applied records say; nothing else writes it.
+- ``offsets`` holds what the last applied records say; nothing else writes it. ``pending_txn_offsets``
+  holds the transactional offsets (TxnOffsetCommit) whose producer's COMMIT or ABORT marker has not
+  been applied yet, by producer id; they are not committed offsets (``txn_offsets.py``). Both change
+  only in replay.
 """
 
 from __future__ import annotations
@@ -49,13 +52,24 @@ _ALLOWED: dict[GroupState, frozenset[GroupState]] = {
 }
 
 
+TopicPartition = tuple[str, int]
+
+
 @dataclass(slots=True)
 class OffsetEntry:
+    """A committed (or pending transactional) offset.
+
+    ``record_offset`` is where the record that wrote it sits in ``__consumer_offsets`` (Kafka's
+    recordOffset; a rewritten copy keeps its original's): a transactional offset is applied at its
+    COMMIT marker only over an offset written before it.
+    """
+
     offset: int
     leader_epoch: int
     metadata: str
     commit_timestamp: int
     expire_timestamp: int = -1
+    record_offset: int = -1
 
 
 @dataclass(slots=True)
@@ -109,7 +123,8 @@ class Group:
     in_initial_delay: bool = False
     new_member_added: bool = False  # a member joined during the initial delay (which then extends)
     sync_deadline: int | None = None  # CompletingRebalance: members not synced by then are removed
-    offsets: dict[tuple[str, int], OffsetEntry] = field(default_factory=dict)
+    offsets: dict[TopicPartition, OffsetEntry] = field(default_factory=dict)
+    pending_txn_offsets: dict[int, dict[TopicPartition, OffsetEntry]] = field(default_factory=dict)  # by producer id
     persisted: GroupValue | None = None  # the last group record applied (what a restart would rebuild)
 
     # -- states -------------------------------------------------------------------------------------
@@ -121,6 +136,13 @@ class Group:
         assert to in _ALLOWED[self.state], f"group {self.group_id}: illegal transition {self.state} -> {to}"
         self.state = to
         self.state_timestamp = now
+
+    def has_pending(self, tp: TopicPartition) -> bool:
+        """Whether a transactional offset of ``tp`` awaits its marker (OffsetFetch: UNSTABLE_OFFSET_COMMIT)."""
+        return any(tp in offsets for offsets in self.pending_txn_offsets.values())
+
+    def pending_partitions(self) -> set[TopicPartition]:
+        return {tp for offsets in self.pending_txn_offsets.values() for tp in offsets}
 
     # -- members ------------------------------------------------------------------------------------
 

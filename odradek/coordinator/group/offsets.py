@@ -14,6 +14,11 @@ are readable (OffsetFetch) from the moment they are applied. Checks follow Kafka
   the group became Empty (simple groups: after the commit); offsets with an explicit expire time then;
   offsets of topics a Stable consumer group no longer subscribes to, after their commit (KIP-496). An
   Empty group left with no offsets is deleted (a group tombstone).
+- Pending transactional offsets (``txn_offsets.py``) count as offsets here, as in Kafka: OffsetFetch
+  with ``require_stable`` answers UNSTABLE_OFFSET_COMMIT for a partition that has one (without it,
+  the committed offset); OffsetDelete and deleted topics write a tombstone for a partition that has
+  only a pending offset; retention never expires an offset while a pending one waits for the same
+  partition, nor deletes a group that holds pending offsets.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from typing import Any
 
 from odradek.coordinator.group import consumer_protocol
 from odradek.coordinator.group.effects import Effects, Record, Write
-from odradek.coordinator.group.model import CONSUMER, Group, GroupState, OffsetEntry, Ticket
+from odradek.coordinator.group.model import CONSUMER, Group, GroupState, OffsetEntry, Ticket, TopicPartition
 from odradek.coordinator.group.records import GroupKey, OffsetKey, OffsetValue
 from odradek.coordinator.group.state import CoordinatorState
 from odradek.protocol.errors import ErrorCode
@@ -32,9 +37,10 @@ from odradek.protocol.errors import ErrorCode
 E = ErrorCode
 NO_OFFSET = -1
 
-TopicPartition = tuple[str, int]
 # (topic, partition, offset, leader epoch, metadata)
 CommitRequest = tuple[str, int, int, int, str | None]
+# (topic-partition, committed offset or None, partition error)
+FetchedOffset = tuple[TopicPartition, OffsetEntry | None, ErrorCode]
 
 
 class OffsetOps(CoordinatorState):
@@ -88,17 +94,21 @@ class OffsetOps(CoordinatorState):
             return E.REBALANCE_IN_PROGRESS
         return error
 
-    def fetch_offsets(self, group_id: str, partitions: Iterable[TopicPartition] | None
-                      ) -> tuple[ErrorCode, list[tuple[TopicPartition, OffsetEntry | None]]]:
-        """Committed offsets of ``partitions`` (None: every partition with an offset); None where there is none."""
+    def fetch_offsets(self, group_id: str, partitions: Iterable[TopicPartition] | None, *,
+                      require_stable: bool = False) -> tuple[ErrorCode, list[FetchedOffset]]:
+        """Committed offsets of ``partitions`` (None: every partition with a committed offset), each with
+        its error: None and NONE where there is none; None and UNSTABLE_OFFSET_COMMIT with
+        ``require_stable`` where a transactional offset of the partition awaits its marker (KIP-447)."""
         error = self.unavailable(group_id)
         if error is not None:
-            return error, [(tp, None) for tp in partitions or ()]
+            return error, [(tp, None, E.NONE) for tp in partitions or ()]
         group = self.groups.get(group_id)
-        offsets = group.offsets if group is not None else {}
-        if partitions is None:
-            return E.NONE, sorted(offsets.items())
-        return E.NONE, [(tp, offsets.get(tp)) for tp in partitions]
+        if group is None:
+            return E.NONE, [(tp, None, E.NONE) for tp in partitions or ()]
+        wanted = sorted(group.offsets) if partitions is None else list(partitions)
+        unstable = group.pending_partitions() if require_stable else set()
+        return E.NONE, [(tp, None, E.UNSTABLE_OFFSET_COMMIT) if tp in unstable else (tp, group.offsets.get(tp), E.NONE)
+                        for tp in wanted]
 
     def delete_offsets(self, ticket: Ticket, group_id: str, partitions: list[TopicPartition]) -> Effects:
         """OffsetDelete; the reply is ``(group error, {(topic, partition): ErrorCode})``."""
@@ -120,7 +130,7 @@ class OffsetOps(CoordinatorState):
                 results[(topic, partition)] = E.GROUP_SUBSCRIBED_TO_TOPIC
                 continue
             results[(topic, partition)] = E.NONE
-            if (topic, partition) in group.offsets:
+            if (topic, partition) in group.offsets or group.has_pending((topic, partition)):
                 records.append((OffsetKey(group_id, topic, partition), None))
         if not records:
             return fx.reply(ticket, (E.NONE, results))
@@ -132,10 +142,10 @@ class OffsetOps(CoordinatorState):
         return fx
 
     def remove_topic_offsets(self, topic: str) -> Effects:
-        """Tombstones for every committed offset of ``topic`` (it was deleted)."""
+        """Tombstones for every committed or pending transactional offset of ``topic`` (it was deleted)."""
         by_partition: dict[int, list[Record]] = defaultdict(list)
         for group in self.groups.values():
-            for t, p in group.offsets:
+            for t, p in sorted(set(group.offsets) | group.pending_partitions()):
                 if t == topic:
                     by_partition[self.partition_of(group.group_id)].append((OffsetKey(group.group_id, t, p), None))
         return Effects(writes=[Write(part, recs) for part, recs in sorted(by_partition.items())])
@@ -148,9 +158,10 @@ class OffsetOps(CoordinatorState):
             part = self.partition_of(group.group_id)
             if part in self.loading:
                 continue
-            expired = [tp for tp, e in group.offsets.items() if self._offset_expired(group, tp, e, retention, now)]
+            expired = [tp for tp, e in group.offsets.items()
+                       if not group.has_pending(tp) and self._offset_expired(group, tp, e, retention, now)]
             by_partition[part].extend((OffsetKey(group.group_id, t, p), None) for t, p in expired)
-            if group.is_(GroupState.EMPTY) and len(expired) == len(group.offsets):
+            if group.is_(GroupState.EMPTY) and len(expired) == len(group.offsets) and not group.pending_txn_offsets:
                 by_partition[part].append((GroupKey(group.group_id), None))
         fx = Effects(writes=[Write(part, recs) for part, recs in sorted(by_partition.items()) if recs])
         count = sum(len(w.records) for w in fx.writes)

@@ -2,10 +2,12 @@
 
 Two kinds of state live here, as in Kafka's classic group coordinator:
 
-- Durable state: committed offsets, and each group's last persisted generation (protocol, leader,
-  members and their assignments). It changes only in ``replay(key, value)``, which is called for every
-  record read at startup and for every record the coordinator wrote, once it is durable. So the
-  state after a restart is exactly what replaying the topic gives.
+- Durable state: committed offsets, pending transactional offsets, and each group's last persisted
+  generation (protocol, leader, members and their assignments). It changes only in ``replay`` (one
+  data record, with its log offset and the producer id of its transactional batch, if any) and
+  ``replay_marker`` (a COMMIT or ABORT control record), which are called for every entry read at
+  startup and for every record written, once it is durable. So the state after a restart is exactly
+  what replaying the topic gives.
 - The rebalance in progress: who has rejoined this round, pending JoinGroup/SyncGroup responses,
   heartbeat deadlines. Kafka keeps these in memory only, and so do we: after a restart members find
   their generation gone or stale and rejoin.
@@ -15,6 +17,13 @@ Invariants:
   become the record's; runtime fields of members that keep their id survive (pending responses,
   deadlines). A group value with members leaves the group Stable, one without members Empty; a
   group tombstone removes the group.
+- Transactional offsets (as Kafka's OffsetMetadataManager): a record of producer P is pending in its
+  group (``Group.pending_txn_offsets[P]``), invisible to OffsetFetch, until a marker of P in the same
+  partition: COMMIT moves each of P's pending offsets there into the committed offsets unless the
+  committed one was written later (a higher ``record_offset``); ABORT drops them. A tombstone of a
+  group-partition drops its committed offset and every pending one; a group tombstone drops the
+  group with all of its offsets, pending ones included. ``open_txns`` indexes which groups hold
+  pending offsets of each (partition, producer), so a marker touches only those groups.
 - A partition in ``loading`` answers every group operation with COORDINATOR_LOAD_IN_PROGRESS.
 - Timers are a heap of (deadline, seq, kind, group, member) checked lazily: an entry whose group,
   member or deadline changed since it was pushed is skipped or re-pushed when it comes due, so a
@@ -29,6 +38,7 @@ import uuid
 from collections.abc import Callable
 
 from odradek.coordinator.group.config import GroupConfig
+from odradek.coordinator.group.log_entries import NO_PRODUCER_ID, DataRecord, LogEntry, TxnMarker
 from odradek.coordinator.group.model import Group, GroupState, Member, OffsetEntry
 from odradek.coordinator.group.records import (
     GroupKey,
@@ -56,6 +66,7 @@ class CoordinatorState:
         self.num_partitions = num_partitions
         self.groups: dict[str, Group] = {}
         self.loading: set[int] = set()
+        self.open_txns: dict[tuple[int, int], set[str]] = {}  # (partition, producer id) -> groups with its offsets
         self._timers: list[tuple[int, int, str, str, str]] = []
         self._seq = itertools.count()
         self._new_member_id = new_member_id
@@ -88,6 +99,8 @@ class CoordinatorState:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if group.fenced(member_id, instance_id):
             return ErrorCode.FENCED_INSTANCE_ID
+        if instance_id is not None and instance_id not in group.static_members:
+            return ErrorCode.UNKNOWN_MEMBER_ID  # an instance id no member holds (Kafka's validateCurrentMember)
         if member_id not in group.members or group.is_(GroupState.EMPTY):
             return ErrorCode.UNKNOWN_MEMBER_ID
         if generation_id != group.generation:
@@ -120,30 +133,82 @@ class CoordinatorState:
 
     # -- replay -------------------------------------------------------------------------------------
 
-    def replay(self, key: Key, value: Value | None) -> None:
-        """Apply one durable record. The only way committed offsets and persisted groups change."""
+    def replay(self, key: Key, value: Value | None, *, record_offset: int,
+               producer_id: int = NO_PRODUCER_ID) -> None:
+        """Apply one durable data record: at ``record_offset``, in a transactional batch of ``producer_id``
+        (or none). With ``replay_marker``, the only way committed offsets and persisted groups change."""
         if isinstance(key, OffsetKey):
             assert value is None or isinstance(value, OffsetValue)
-            self._replay_offset(key, value)
+            self._replay_offset(key, value, record_offset, producer_id)
         else:
             assert value is None or isinstance(value, GroupValue)
             self._replay_group(key, value)
 
-    def _replay_offset(self, key: OffsetKey, value: OffsetValue | None) -> None:
+    def replay_marker(self, partition: int, producer_id: int, commit: bool) -> None:
+        """Apply a COMMIT or ABORT marker of ``producer_id`` in ``partition`` to that producer's pending offsets."""
+        for group_id in sorted(self.open_txns.pop((partition, producer_id), ())):
+            group = self.groups.get(group_id)
+            pending = group.pending_txn_offsets.pop(producer_id, None) if group is not None else None
+            if group is None or pending is None or not commit:
+                continue
+            for tp, entry in pending.items():
+                current = group.offsets.get(tp)
+                if current is None or entry.record_offset > current.record_offset:
+                    group.offsets[tp] = entry
+
+    def replay_entry(self, partition: int, entry: LogEntry) -> None:
+        """Apply one entry read back from ``partition`` (a data record or a transaction marker)."""
+        if isinstance(entry, TxnMarker):
+            self.replay_marker(partition, entry.producer_id, entry.commit)
+        else:
+            self.replay(entry.key, entry.value, record_offset=entry.record_offset, producer_id=entry.producer_id)
+
+    def _replay_offset(self, key: OffsetKey, value: OffsetValue | None, record_offset: int, producer_id: int) -> None:
         group = self.groups.get(key.group)
+        tp = (key.topic, key.partition)
         if value is None:
             if group is not None:
-                group.offsets.pop((key.topic, key.partition), None)
+                group.offsets.pop(tp, None)
+                for pid in [pid for pid, offsets in group.pending_txn_offsets.items() if tp in offsets]:
+                    self._drop_pending(group, pid, tp)
             return
         if group is None:
             group = self.groups[key.group] = Group(key.group)
-        group.offsets[(key.topic, key.partition)] = OffsetEntry(
-            value.offset, value.leader_epoch, value.metadata, value.commit_timestamp, value.expire_timestamp)
+        entry = OffsetEntry(value.offset, value.leader_epoch, value.metadata, value.commit_timestamp,
+                            value.expire_timestamp, record_offset)
+        if producer_id == NO_PRODUCER_ID:
+            group.offsets[tp] = entry
+            return
+        group.pending_txn_offsets.setdefault(producer_id, {})[tp] = entry
+        self.open_txns.setdefault((self.partition_of(key.group), producer_id), set()).add(key.group)
+
+    def _drop_pending(self, group: Group, producer_id: int, tp: tuple[str, int]) -> None:
+        offsets = group.pending_txn_offsets[producer_id]
+        del offsets[tp]
+        if not offsets:
+            del group.pending_txn_offsets[producer_id]
+            self._close_txn(group, producer_id)
+
+    def _close_txn(self, group: Group, producer_id: int) -> None:
+        key = (self.partition_of(group.group_id), producer_id)
+        groups = self.open_txns.get(key)
+        if groups is not None:
+            groups.discard(group.group_id)
+            if not groups:
+                del self.open_txns[key]
+
+    def forget(self, group: Group) -> None:
+        """Drop ``group`` and everything it holds from memory (a group tombstone, or a partition reloading)."""
+        self.groups.pop(group.group_id, None)
+        for producer_id in group.pending_txn_offsets:
+            self._close_txn(group, producer_id)
+        group.pending_txn_offsets = {}
 
     def _replay_group(self, key: GroupKey, value: GroupValue | None) -> None:
         if value is None:
-            group = self.groups.pop(key.group, None)
+            group = self.groups.get(key.group)
             if group is not None:
+                self.forget(group)
                 group.state = GroupState.DEAD
             return
         group = self.groups.get(key.group)
@@ -182,13 +247,28 @@ class CoordinatorState:
         )
         return GroupValue(group.protocol_type or "", group.generation, group.protocol, group.leader, now, members)
 
-    def live_records(self, partition: int) -> list[tuple[Key, Value]]:
-        """The records that rebuild this partition's durable state: what a rewrite of the partition keeps."""
-        out: list[tuple[Key, Value]] = []
+    def live_records(self, partition: int) -> list[DataRecord]:
+        """The records that rebuild this partition's committed state, each with its ``record_offset``: what a
+        rewrite of the partition appends. Pending transactional offsets are not among them: a rewrite keeps
+        the log from ``oldest_pending_offset`` on instead, so that they stay where their markers find them."""
+        out: list[DataRecord] = []
         for group in self.groups_in(partition):
             for (topic, p), e in group.offsets.items():
-                out.append((OffsetKey(group.group_id, topic, p),
-                            OffsetValue(e.offset, e.leader_epoch, e.metadata, e.commit_timestamp, e.expire_timestamp)))
+                value = OffsetValue(e.offset, e.leader_epoch, e.metadata, e.commit_timestamp, e.expire_timestamp)
+                out.append(DataRecord(OffsetKey(group.group_id, topic, p), value, e.record_offset))
             if group.persisted is not None:
-                out.append((GroupKey(group.group_id), group.persisted))
+                out.append(DataRecord(GroupKey(group.group_id), group.persisted, -1))
         return out
+
+    def oldest_pending_offset(self, partition: int) -> int | None:
+        """The lowest record offset of a pending transactional offset in ``partition`` (None: there is none).
+        A rewrite must keep the log from here: replay needs these records before their markers."""
+        lowest: int | None = None
+        for (part, producer_id), group_ids in self.open_txns.items():
+            if part != partition:
+                continue
+            for group_id in group_ids:
+                for entry in self.groups[group_id].pending_txn_offsets[producer_id].values():
+                    if lowest is None or entry.record_offset < lowest:
+                        lowest = entry.record_offset
+        return lowest

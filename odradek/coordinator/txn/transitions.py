@@ -134,7 +134,7 @@ class Transitions(TxnCoordinatorState):
                 on_failure()
             return failure_reply(append_error(error)) if failure_reply is not None else []
 
-        return Write(part, [(TxnKey(tid), self.value_of(meta))], replies, failed, markers)
+        return Write(part, [(TxnKey(tid), self.value_of(meta))], replies, failed, markers=markers)
 
     def propose_complete(self, meta: TxnMetadata, now: int) -> Write:
         """Append the Complete record of a prepared transaction whose markers are written; retried by ``tick``."""
