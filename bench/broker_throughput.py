@@ -118,8 +118,9 @@ def _cores(cpu: float, secs: float) -> float:
 
 
 def produce_once(tool: PerfTool, broker: Broker, size: int, acks: str, count: int, max_seconds: float,
-                 scratch: Path, *, idempotent: bool = False, transaction_ms: int = 0) -> Run:
-    """``transaction_ms`` > 0: a transactional producer committing every ``transaction_ms`` ms."""
+                 scratch: Path, *, idempotent: bool = False, transaction_ms: int = 0, warmup: bool = False) -> Run:
+    """``transaction_ms`` > 0: a transactional producer committing every ``transaction_ms`` ms; ``warmup``:
+    the clock starts after one record is delivered (connected, producer id obtained)."""
     settle()
     prewarm(scratch, int(count * (size + 40) * 1.1) + 64 * MiB)
     cpu0 = broker.cpu()
@@ -127,7 +128,7 @@ def produce_once(tool: PerfTool, broker: Broker, size: int, acks: str, count: in
     r = run_perf(tool, ["-P", "-t", TOPIC, "-p", "0", "-b", broker.bootstrap, "-s", str(size), "-c", str(count),
                         "-a", acks, "-X", f"enable.idempotence={str(idempotent or bool(transaction_ms)).lower()}",
                         "-X", "linger.ms=5", *extra], max_seconds,
-                 env={"BENCH_TXN_MS": str(transaction_ms)} if transaction_ms else None)
+                 env={"BENCH_TXN_MS": str(transaction_ms), **({"BENCH_WARMUP": "1"} if warmup else {})})
     cpu = broker.cpu() - cpu0
     failed = re.findall(r"(\d+) failed\)", r.output)
     if failed and int(failed[-1]):

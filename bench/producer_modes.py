@@ -79,7 +79,8 @@ def main() -> None:
                         b.create_topic(TOPIC)
                         run = produce_once(tool, b, size, "-1", count, a.max_seconds, scratch,
                                            idempotent=mode == "idempotent",
-                                           transaction_ms=TRANSACTION_MS if mode == "transactional" else 0)
+                                           transaction_ms=TRANSACTION_MS if mode == "transactional" else 0,
+                                           warmup=True)
                         if mode == "transactional":
                             for iso in ISOLATIONS if r % 2 == 0 else ISOLATIONS[::-1]:
                                 c = consume_once(tool, b, count, a.max_seconds, isolation=iso)

@@ -13,9 +13,11 @@ item takes at least one byte). It reads lengths only; whatever else is wrong wit
 kio, which raises on it. A body it cannot follow (a type it does not know, a truncated field) ends
 the walk silently: kio then reports that input as malformed.
 
-``needs_check(buffer, offset)`` is the cheap pre-test: a varint above 32 bits has four bytes with
-the continuation bit followed by a fifth of 0x10 or more; without that pattern anywhere in the body
-no count can be too large, and the walk is skipped (so the hot path pays one regex scan in C).
+``needs_check(buffer, offset)`` is the cheap pre-test for small bodies: a varint above 32 bits has
+four bytes with the continuation bit followed by a fifth of 0x10 or more; without that pattern no
+count can be too large and the walk is skipped. A regex scan costs ~6 ms per MB, so bodies above
+``SCAN_LIMIT`` (Produce requests carrying records) are walked instead: the walk skips a record set
+in one step, so its cost follows the number of fields, not of bytes (~8 us for a 1 MB Produce).
 
 Invariant: never raises for a body that kio encoded (tests round-trip every supported request).
 """
@@ -73,7 +75,31 @@ def _fields(cls: type) -> tuple[_Field, ...]:
     return tuple(out)
 
 
+SCAN_LIMIT = 16 * 1024
+
+
+@cache
+def _plan(cls: type) -> tuple[bool, tuple[int | _Field, ...], dict[int, _Field]]:
+    """(flexible, steps, tagged fields by tag): consecutive fixed-size fields merged into one skip."""
+    steps: list[int | _Field] = []
+    tagged: dict[int, _Field] = {}
+    for f in _fields(cls):
+        if f.tag is not None:
+            tagged[f.tag] = f
+            continue
+        size = None if f.is_array or f.nested is not None else _FIXED.get(f.kafka_type or "")
+        if size is None:
+            steps.append(f)
+        elif steps and isinstance(steps[-1], int):
+            steps[-1] += size
+        else:
+            steps.append(size)
+    return bool(getattr(cls, "__flexible__", False)), tuple(steps), tagged
+
+
 def needs_check(buffer: bytes | bytearray | memoryview, offset: int = 0) -> bool:
+    if len(buffer) - offset > SCAN_LIMIT:
+        return True
     return _LONG_VARINT.search(buffer, offset) is not None
 
 
@@ -120,13 +146,14 @@ class _Walker:
         return n, after
 
     def entity(self, cls: type, pos: int, end: int) -> int:
-        flexible = bool(getattr(cls, "__flexible__", False))
-        tagged: dict[int, _Field] = {}
-        for f in _fields(cls):
-            if f.tag is not None:
-                tagged[f.tag] = f
-                continue
-            pos = self.field(f, flexible, pos, end)
+        flexible, steps, tagged = _plan(cls)
+        for step in steps:
+            if isinstance(step, int):  # a run of fixed-size fields
+                pos += step
+                if pos > end:
+                    raise _Stop
+            else:
+                pos = self.field(step, flexible, pos, end)
         if flexible:
             pos = self.tagged_section(tagged, pos, end)
         return pos
