@@ -164,8 +164,8 @@ def test_truncation_cuts_the_index_and_deleted_segments_take_theirs_along(tmp_pa
     assert [e.last_offset for s in log.segments for e in s.txn_index.entries()] == markers[:-1]
     log.delete_retained_segments()  # retention.bytes=0: every segment but the active one goes
     remaining = {s.txn_index.path.name for s in log.segments}
-    assert all(name.endswith(DELETED_SUFFIX) or name in remaining for name in (p.name for p in path.iterdir())
-               if TXN_INDEX_SUFFIX in name)
+    assert list(path.glob("*" + TXN_INDEX_SUFFIX + DELETED_SUFFIX))  # renamed with their segments
+    assert {p.name for p in path.glob("*" + TXN_INDEX_SUFFIX)} <= remaining
     clock.advance(2_000)
     log.purge_deleted()
     assert not list(path.glob("*" + TXN_INDEX_SUFFIX + DELETED_SUFFIX))
