@@ -38,30 +38,21 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from odradek.broker.coordinator_runtime import CoordinatorRuntime, stored_batches
 from odradek.coordinator.group.config import GroupConfig
 from odradek.coordinator.group.coordinator import GroupCoordinator
-from odradek.coordinator.group.effects import Effects, Reply, Write
+from odradek.coordinator.group.effects import Effects, Write
 from odradek.coordinator.group.log_entries import NO_PRODUCER_ID, DataRecord, LogEntry, TxnMarker
 from odradek.coordinator.group.model import Ticket
 from odradek.coordinator.group.records import CoordinatorRecordError, OffsetKey, decode_record, encode_key, encode_value
 from odradek.protocol.batch import NO_SEQUENCE
 from odradek.protocol.errors import CorruptRecordError, ErrorCode, KafkaError
-from odradek.protocol.records import (
-    ControlType,
-    Header,
-    RecordInput,
-    build_batch,
-    decode_records,
-    iter_batches,
-    parse_control_key,
-)
+from odradek.protocol.records import ControlType, Header, RecordInput, build_batch, decode_records, parse_control_key
 from odradek.storage.log import Log
 
 if TYPE_CHECKING:
@@ -73,29 +64,15 @@ OFFSETS_TOPIC = "__consumer_offsets"
 ORIGIN_HEADER = "odradek.origin.offset"  # on a rewritten offset record: the offset of its original
 _ORIGIN = struct.Struct(">q")
 _BATCH_RECORDS = 2000  # records per batch when one write spans many (rewrites, big commits)
-_READ_CHUNK = 1 << 20
 
 
-@dataclass(slots=True)
-class _Growth:
-    size_after_rewrite: int
-    live_bytes: int
-
-
-class GroupRuntime:
+class GroupRuntime(CoordinatorRuntime):
     def __init__(self, broker: Broker, config: GroupConfig, segment_bytes: int) -> None:
-        self.broker = broker
+        super().__init__(broker, OFFSETS_TOPIC, segment_bytes)
         self.config = config
-        self.segment_bytes = segment_bytes
         self.coordinator: GroupCoordinator | None = None
-        self._futures: dict[Ticket, asyncio.Future[Any]] = {}
-        self._tickets = itertools.count(1)
-        self._growth: dict[int, _Growth] = {}
 
     # -- lifecycle -------------------------------------------------------------------------------
-
-    def now(self) -> int:
-        return self.broker.clock.milliseconds()
 
     def start(self) -> list[int]:
         """Open the coordinator over an existing topic; returns the partitions to load (all loading)."""
@@ -120,7 +97,7 @@ class GroupRuntime:
             for entry in entries:
                 coord.replay_entry(p, entry)
             coord.finish_load(p, self.now())
-            self._growth[p] = _Growth(lg.size, 0)
+            self.reset_growth(p)
             self._drop_missing_topics(p)
             if entries:
                 log.info("loaded %d records of %s-%d", len(entries), OFFSETS_TOPIC, p)
@@ -128,19 +105,10 @@ class GroupRuntime:
     def ensure_started(self) -> GroupCoordinator:
         """The coordinator, creating ``__consumer_offsets`` on first use (as Kafka's FindCoordinator does)."""
         if self.coordinator is None:
-            b = self.broker
-            if b.registry.get(OFFSETS_TOPIC) is None:
-                configs = {"retention.ms": "-1", "retention.bytes": "-1", "segment.bytes": str(self.segment_bytes),
-                           "max.message.bytes": str(max(self.segment_bytes, 1 << 20))}
-                b.registry.add(OFFSETS_TOPIC, self.config.num_partitions, configs, internal=True)
-                for p in range(self.config.num_partitions):
-                    b.log_manager.get_or_create_log(OFFSETS_TOPIC, p)
-                log.info("created internal topic %s with %d partitions", OFFSETS_TOPIC, self.config.num_partitions)
-            topic = b.registry.get(OFFSETS_TOPIC)
-            assert topic is not None
-            self.coordinator = GroupCoordinator(self.config, topic.partitions)
-            for p in range(topic.partitions):
-                self._growth[p] = _Growth(b.get_log(OFFSETS_TOPIC, p).size, 0)
+            partitions = self.create_topic(self.config.num_partitions)
+            self.coordinator = GroupCoordinator(self.config, partitions)
+            for p in range(partitions):
+                self.reset_growth(p)
         return self.coordinator
 
     def view(self) -> GroupCoordinator:
@@ -153,21 +121,14 @@ class GroupRuntime:
         if self.coordinator is None:
             return
         for ticket in self.coordinator.pending_tickets():
-            self._deliver([(ticket, {"error_code": ErrorCode.NOT_COORDINATOR})])
+            self.deliver([(ticket, {"error_code": ErrorCode.NOT_COORDINATOR})])
 
     # -- operations ------------------------------------------------------------------------------
 
     async def call(self, op: Callable[[GroupCoordinator, Ticket, int], Effects]) -> Any:
         """Run ``op(coordinator, ticket, now)`` and wait for the reply to ``ticket``."""
         coord = self.ensure_started()
-        ticket = next(self._tickets)
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._futures[ticket] = fut
-        try:
-            self.apply(op(coord, ticket, self.now()))
-            return await fut
-        finally:
-            self._futures.pop(ticket, None)
+        return await self.await_reply(lambda ticket: self.apply(op(coord, ticket, self.now())))
 
     def run(self, op: Callable[[GroupCoordinator, int], Effects]) -> None:
         """Run an operation that answers no request (timers, topic deletion)."""
@@ -181,13 +142,10 @@ class GroupRuntime:
         self.run(lambda c, now: c.remove_topic_offsets(topic))
 
     def apply(self, fx: Effects) -> None:
-        for warning in fx.warnings:
-            log.warning("%s", warning)
-        for note in fx.notes:
-            log.info("%s", note)
+        self.log_effects(fx)
         for write in fx.writes:
             self._write(write)
-        self._deliver(fx.replies)
+        self.deliver(fx.replies)
 
     def _write(self, write: Write) -> None:
         coord = self.coordinator
@@ -199,11 +157,11 @@ class GroupRuntime:
             log.error("could not write %d records to %s-%d: %s", len(write.records), OFFSETS_TOPIC, write.partition,
                       e.message)
             if write.on_failure is not None:
-                self._deliver(write.on_failure(_coordinator_error(e.code)))
+                self.deliver(write.on_failure(_coordinator_error(e.code)))
             return
         for i, (key, value) in enumerate(write.records):
             coord.replay(key, value, record_offset=first + i, producer_id=write.producer_id)
-        self._deliver(write.replies)
+        self.deliver(write.replies)
         self._maybe_rewrite(write.partition)
 
     def _append(self, partition: int, records: list[RecordInput] | list[tuple[bytes, bytes | None]], *,
@@ -234,21 +192,11 @@ class GroupRuntime:
         coord.replay_marker(partition, producer_id, commit)
         self._maybe_rewrite(partition)
 
-    def _deliver(self, replies: list[Reply]) -> None:
-        for ticket, payload in replies:
-            fut = self._futures.get(ticket)
-            if fut is not None and not fut.done():
-                fut.set_result(payload)
-
     # -- keeping the topic bounded ----------------------------------------------------------------
 
     def _maybe_rewrite(self, partition: int) -> None:
         coord = self.coordinator
-        if coord is None or partition in coord.loading:
-            return
-        lg = self.broker.get_log(OFFSETS_TOPIC, partition)
-        growth = self._growth.setdefault(partition, _Growth(lg.size, 0))
-        if lg.size - growth.size_after_rewrite < max(self.segment_bytes, 2 * growth.live_bytes):
+        if coord is None or partition in coord.loading or not self.due_for_rewrite(partition):
             return
         self.rewrite(partition)
 
@@ -270,10 +218,9 @@ class GroupRuntime:
             lg.delete_records_before(keep_from)
         except KafkaError as e:
             log.error("could not rewrite %s-%d (it keeps its older records): %s", OFFSETS_TOPIC, partition, e.message)
-            self._growth[partition] = _Growth(lg.size, lg.size)
+            self.rewritten(partition, failed=True)
             return
-        live_bytes = lg.size - sum(s.size for s in lg.segments[:-1])
-        self._growth[partition] = _Growth(lg.size, live_bytes)
+        self.rewritten(partition)
         kept = "" if keep_from == start else f"; kept from offset {keep_from} for pending transactional offsets"
         log.info("rewrote %s-%d: %d live records from offset %d; %d bytes before, %d after%s", OFFSETS_TOPIC,
                  partition, len(live), start, before, lg.size, kept)
@@ -316,23 +263,15 @@ def read_entries(lg: Log, start: int, end: int) -> list[LogEntry]:
     record offset and the producer id of its batch when that is transactional, and every COMMIT or ABORT
     marker. Runs off the event loop for a whole partition; unreadable records are skipped with a warning."""
     out: list[LogEntry] = []
-    offset = max(start, lg.log_start_offset)
-    while offset < end:
-        region = lg.read(offset, _READ_CHUNK, max_offset=end)
-        if region is None:
-            break
-        data = memoryview(region.read_bytes())
-        last = offset
-        for pos, header in iter_batches(data, allow_partial_tail=True):
-            last = header.last_offset
-            producer_id = header.producer_id if header.is_transactional else NO_PRODUCER_ID
-            for rec in decode_records(data[pos:pos + header.size]):
-                if offset <= rec.offset < end:
-                    entry = _control_entry(lg, rec.offset, rec.key, producer_id) if header.is_control \
-                        else _data_entry(lg, rec.offset, rec.key, rec.value, rec.headers, producer_id)
-                    if entry is not None:
-                        out.append(entry)
-        offset = max(last + 1, offset + 1)
+    start = max(start, lg.log_start_offset)
+    for data, pos, header in stored_batches(lg, start, end):
+        producer_id = header.producer_id if header.is_transactional else NO_PRODUCER_ID
+        for rec in decode_records(data[pos:pos + header.size]):
+            if start <= rec.offset < end:
+                entry = _control_entry(lg, rec.offset, rec.key, producer_id) if header.is_control \
+                    else _data_entry(lg, rec.offset, rec.key, rec.value, rec.headers, producer_id)
+                if entry is not None:
+                    out.append(entry)
     return out
 
 

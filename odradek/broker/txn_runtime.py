@@ -30,19 +30,19 @@ markers, so the epoch never needs to fence one.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from odradek.broker.coordinator_runtime import CoordinatorRuntime, stored_batches
 from odradek.coordinator.group.model import Ticket
 from odradek.coordinator.txn.config import TxnConfig
 from odradek.coordinator.txn.coordinator import TransactionCoordinator
-from odradek.coordinator.txn.effects import Effects, Record, Reply, TxnMarkers, Write
+from odradek.coordinator.txn.effects import Effects, Record, TxnMarkers, Write
 from odradek.coordinator.txn.records import TxnRecordError, decode_record, encode_key, encode_value
 from odradek.protocol.errors import ErrorCode, KafkaError, UnknownTopicError
-from odradek.protocol.records import build_batch, decode_records, iter_batches
+from odradek.protocol.records import build_batch, decode_records
 from odradek.storage.log import Log
 
 if TYPE_CHECKING:
@@ -53,8 +53,6 @@ log = logging.getLogger(__name__)
 TXN_STATE_TOPIC = "__transaction_state"
 OFFSETS_TOPIC = "__consumer_offsets"
 COORDINATOR_EPOCH = 0
-_CONTROL_BIT = 0x20
-_READ_CHUNK = 1 << 20
 _STALE_MARKER = (ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.TRANSACTION_COORDINATOR_FENCED)
 
 
@@ -66,19 +64,12 @@ class _Outstanding:
     left: list[tuple[str, int]] = field(default_factory=list)
 
 
-class TxnRuntime:
+class TxnRuntime(CoordinatorRuntime):
     def __init__(self, broker: Broker, config: TxnConfig, segment_bytes: int) -> None:
-        self.broker = broker
+        super().__init__(broker, TXN_STATE_TOPIC, segment_bytes)
         self.config = config
-        self.segment_bytes = segment_bytes
         self.coordinator: TransactionCoordinator | None = None
-        self._futures: dict[Ticket, asyncio.Future[Any]] = {}
-        self._tickets = itertools.count(1)
         self._outstanding: dict[str, _Outstanding] = {}  # transactional id -> markers not yet all written
-        self._size_after_rewrite: dict[int, tuple[int, int]] = {}  # partition -> (size, live bytes)
-
-    def now(self) -> int:
-        return self.broker.clock.milliseconds()
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -105,7 +96,7 @@ class TxnRuntime:
             records = await asyncio.to_thread(read_records, lg)
             for key, value in records:
                 coord.replay(key, value)
-            self._size_after_rewrite[p] = (lg.size, 0)
+            self.reset_growth(p)
             self.apply(coord.finish_load(p, self.now()))
             if records:
                 log.info("loaded %d records of %s-%d", len(records), TXN_STATE_TOPIC, p)
@@ -113,17 +104,7 @@ class TxnRuntime:
     def ensure_started(self) -> TransactionCoordinator:
         """The coordinator, creating ``__transaction_state`` on first use."""
         if self.coordinator is None:
-            b = self.broker
-            if b.registry.get(TXN_STATE_TOPIC) is None:
-                configs = {"retention.ms": "-1", "retention.bytes": "-1", "segment.bytes": str(self.segment_bytes),
-                           "max.message.bytes": str(max(self.segment_bytes, 1 << 20))}
-                b.registry.add(TXN_STATE_TOPIC, self.config.num_partitions, configs, internal=True)
-                for p in range(self.config.num_partitions):
-                    b.log_manager.get_or_create_log(TXN_STATE_TOPIC, p)
-                log.info("created internal topic %s with %d partitions", TXN_STATE_TOPIC, self.config.num_partitions)
-            topic = b.registry.get(TXN_STATE_TOPIC)
-            assert topic is not None
-            self.coordinator = self._new_coordinator(topic.partitions)
+            self.coordinator = self._new_coordinator(self.create_topic(self.config.num_partitions))
         return self.coordinator
 
     def view(self) -> TransactionCoordinator:
@@ -132,9 +113,7 @@ class TxnRuntime:
 
     def shutdown(self) -> None:
         """Answer every waiting request with NOT_COORDINATOR (the broker is going away)."""
-        for fut in self._futures.values():
-            if not fut.done():
-                fut.set_exception(_ShuttingDown())
+        self.fail_waiting(_ShuttingDown())
 
     # -- operations ------------------------------------------------------------------------------
 
@@ -144,14 +123,7 @@ class TxnRuntime:
         Raises ``KafkaError`` (NOT_COORDINATOR) if the broker shuts down first.
         """
         coord = self.ensure_started()
-        ticket = next(self._tickets)
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._futures[ticket] = fut
-        try:
-            self.apply(op(coord, ticket, self.now()))
-            return await fut
-        finally:
-            self._futures.pop(ticket, None)
+        return await self.await_reply(lambda ticket: self.apply(op(coord, ticket, self.now())))
 
     def tick(self) -> None:
         """Retry markers that could not be written; the coordinator's timeouts and expiry."""
@@ -163,13 +135,10 @@ class TxnRuntime:
         self.apply(coord.tick(self.now()))
 
     def apply(self, fx: Effects) -> None:
-        for warning in fx.warnings:
-            log.warning("%s", warning)
-        for note in fx.notes:
-            log.info("%s", note)
+        self.log_effects(fx)
         for write in fx.writes:
             self._write(write)
-        self._deliver(fx.replies)
+        self.deliver(fx.replies)
         for markers in fx.markers:
             self._start_markers(markers)
 
@@ -182,24 +151,18 @@ class TxnRuntime:
             log.error("could not write %d records to %s-%d: %s", len(write.records), TXN_STATE_TOPIC,
                       write.partition, e.message)
             if write.on_failure is not None:
-                self._deliver(write.on_failure(e.code))
+                self.deliver(write.on_failure(e.code))
             return
         for key, value in write.records:
             coord.replay(key, value)
-        self._deliver(write.replies)
-        for markers in getattr(write, "markers", ()):
+        self.deliver(write.replies)
+        for markers in write.markers:
             self._start_markers(markers)
         self._maybe_rewrite(write.partition)
 
     def _append(self, partition: int, records: list[Record]) -> None:
         encoded = [(encode_key(k), encode_value(v)) for k, v in records]
         self.broker.append(TXN_STATE_TOPIC, partition, build_batch(encoded, base_timestamp=self.now()))
-
-    def _deliver(self, replies: list[Reply]) -> None:
-        for ticket, payload in replies:
-            fut = self._futures.get(ticket)
-            if fut is not None and not fut.done():
-                fut.set_result(payload)
 
     # -- markers ---------------------------------------------------------------------------------
 
@@ -252,11 +215,8 @@ class TxnRuntime:
     # -- keeping the topic bounded ----------------------------------------------------------------
 
     def _maybe_rewrite(self, partition: int) -> None:
-        lg = self.broker.get_log(TXN_STATE_TOPIC, partition)
-        size, live = self._size_after_rewrite.setdefault(partition, (lg.size, 0))
-        if lg.size - size < max(self.segment_bytes, 2 * live):
-            return
-        self.rewrite(partition)
+        if self.due_for_rewrite(partition):
+            self.rewrite(partition)
 
     def rewrite(self, partition: int) -> None:
         """Append the partition's live state to a fresh segment and drop everything before it."""
@@ -273,9 +233,9 @@ class TxnRuntime:
         except KafkaError as e:
             log.error("could not rewrite %s-%d (it keeps its older records): %s", TXN_STATE_TOPIC, partition,
                       e.message)
-            self._size_after_rewrite[partition] = (lg.size, lg.size)
+            self.rewritten(partition, failed=True)
             return
-        self._size_after_rewrite[partition] = (lg.size, lg.size - sum(s.size for s in lg.segments[:-1]))
+        self.rewritten(partition)
         log.info("rewrote %s-%d: %d live records from offset %d", TXN_STATE_TOPIC, partition, len(live), start)
 
 
@@ -289,26 +249,18 @@ class _ShuttingDown(KafkaError):
 def read_records(lg: Log) -> list[Record]:
     """Every decodable ``__transaction_state`` record of ``lg`` from its log start, in order (off the loop)."""
     out: list[Record] = []
-    offset, end = lg.log_start_offset, lg.next_offset
-    while offset < end:
-        region = lg.read(offset, _READ_CHUNK)
-        if region is None:
-            break
-        data = memoryview(region.read_bytes())
-        last = offset
-        for pos, header in iter_batches(data, allow_partial_tail=True):
-            last = header.last_offset
-            if header.attributes & _CONTROL_BIT:
+    start = lg.log_start_offset
+    for data, pos, header in stored_batches(lg, start, lg.next_offset):
+        if header.is_control:
+            continue
+        for rec in decode_records(data[pos:pos + header.size]):
+            if rec.offset < start or rec.key is None:
                 continue
-            for rec in decode_records(data[pos:pos + header.size]):
-                if rec.offset < offset or rec.key is None:
-                    continue
-                try:
-                    decoded = decode_record(bytes(rec.key), None if rec.value is None else bytes(rec.value))
-                except TxnRecordError as e:
-                    log.warning("%s offset %d: skipping an unreadable record: %s", lg.name, rec.offset, e)
-                    continue
-                if decoded is not None:
-                    out.append(decoded)
-        offset = max(last + 1, offset + 1)
+            try:
+                decoded = decode_record(bytes(rec.key), None if rec.value is None else bytes(rec.value))
+            except TxnRecordError as e:
+                log.warning("%s offset %d: skipping an unreadable record: %s", lg.name, rec.offset, e)
+                continue
+            if decoded is not None:
+                out.append(decoded)
     return out
