@@ -6,12 +6,12 @@ needs more than 32 bits (a 6-byte body such as ``ce e7 a9 a7 17``) makes it ask 
 tens of gigabytes, and the process aborts -- one malformed frame would kill the broker. Kafka's own
 varints hold 32 bits, so no client sends such a count.
 
-``check(request_class, buffer, offset)`` walks the body by its schema (kio's generated dataclasses:
-field order, ``kafka_type`` and ``tag`` metadata, ``__flexible__``) and raises ``ArrayBoundsError``
-for an array whose count varint exceeds 32 bits or announces more items than bytes remain (every
-item takes at least one byte). It reads lengths only; whatever else is wrong with the body is left to
-kio, which raises on it. A body it cannot follow (a type it does not know, a truncated field) ends
-the walk silently: kio then reports that input as malformed.
+``check(request_class, buffer, offset)`` walks the body by its schema (kio's generated dataclasses
+as ``entities.fields_of`` reads them: field order, ``kafka_type``, ``tag``; ``__flexible__``) and
+raises ``ArrayBoundsError`` for an array whose count varint exceeds 32 bits or announces more items
+than bytes remain (every item takes at least one byte). It reads lengths only; whatever else is
+wrong with the body is left to kio, which raises on it. A body it cannot follow (a type it does not
+know, a truncated field) ends the walk silently: kio then reports that input as malformed.
 
 ``needs_check(buffer, offset)`` is the cheap pre-test for small bodies: a varint above 32 bits has
 four bytes with the continuation bit followed by a fifth of 0x10 or more; without that pattern no
@@ -24,11 +24,12 @@ Invariant: never raises for a body that kio encoded (tests round-trip every supp
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import struct
-import typing
 from functools import cache
+
+from odradek.protocol import entities
+from odradek.protocol.entities import FieldInfo
 
 _LONG_VARINT = re.compile(rb"[\x80-\xff]{4}[\x10-\x7f]")
 _FIXED = {"int8": 1, "uint8": 1, "bool": 1, "int16": 2, "uint16": 2, "error_code": 2, "int32": 4, "uint32": 4,
@@ -37,6 +38,7 @@ _FIXED = {"int8": 1, "uint8": 1, "bool": 1, "int16": 2, "uint16": 2, "error_code
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+SCAN_LIMIT = 16 * 1024
 
 
 class ArrayBoundsError(ValueError):
@@ -47,43 +49,12 @@ class _Stop(Exception):
     """The walk cannot go on (truncated or unknown input): leave the verdict to kio."""
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Field:
-    name: str
-    kafka_type: str | None
-    nested: type | None
-    is_array: bool
-    nullable: bool
-    tag: int | None
-
-
 @cache
-def _fields(cls: type) -> tuple[_Field, ...]:
-    hints = typing.get_type_hints(cls)
-    out = []
-    for f in dataclasses.fields(cls):
-        hint = hints[f.name]
-        args = typing.get_args(hint)
-        nullable = type(None) in args
-        if nullable:
-            hint = next(a for a in args if a is not type(None))
-            args = typing.get_args(hint)
-        is_array = typing.get_origin(hint) is tuple
-        inner = args[0] if is_array and args else hint
-        nested = inner if dataclasses.is_dataclass(inner) else None
-        out.append(_Field(f.name, f.metadata.get("kafka_type"), nested, is_array, nullable, f.metadata.get("tag")))
-    return tuple(out)
-
-
-SCAN_LIMIT = 16 * 1024
-
-
-@cache
-def _plan(cls: type) -> tuple[bool, tuple[int | _Field, ...], dict[int, _Field]]:
+def _plan(cls: type) -> tuple[bool, tuple[int | FieldInfo, ...], dict[int, FieldInfo]]:
     """(flexible, steps, tagged fields by tag): consecutive fixed-size fields merged into one skip."""
-    steps: list[int | _Field] = []
-    tagged: dict[int, _Field] = {}
-    for f in _fields(cls):
+    steps: list[int | FieldInfo] = []
+    tagged: dict[int, FieldInfo] = {}
+    for f in entities.fields_of(cls):
         if f.tag is not None:
             tagged[f.tag] = f
             continue
@@ -158,7 +129,7 @@ class _Walker:
             pos = self.tagged_section(tagged, pos, end)
         return pos
 
-    def tagged_section(self, known: dict[int, _Field], pos: int, end: int) -> int:
+    def tagged_section(self, known: dict[int, FieldInfo], pos: int, end: int) -> int:
         n, pos = self.uvarint(pos, end)
         for _ in range(min(n, end - pos)):
             tag, pos = self.uvarint(pos, end)
@@ -171,7 +142,7 @@ class _Walker:
             pos += size
         return pos
 
-    def field(self, f: _Field, flexible: bool, pos: int, end: int) -> int:
+    def field(self, f: FieldInfo, flexible: bool, pos: int, end: int) -> int:
         if f.is_array:
             n, pos = self.count(flexible, pos, end, f.name)
             for _ in range(max(n, 0)):
@@ -185,7 +156,7 @@ class _Walker:
             return self.entity(f.nested, pos, end)
         return self.scalar(f, flexible, pos, end)
 
-    def scalar(self, f: _Field, flexible: bool, pos: int, end: int) -> int:
+    def scalar(self, f: FieldInfo, flexible: bool, pos: int, end: int) -> int:
         kt = f.kafka_type
         size = _FIXED.get(kt or "")
         if size is not None:

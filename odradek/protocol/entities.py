@@ -27,17 +27,19 @@ _ZERO_UUID = uuid.UUID(int=0)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class _FieldInfo:
+class FieldInfo:
     name: str
     kafka_type: str | None
     nullable: bool
     nested: type | None  # entity class of a nested entity or array of entities
     is_array: bool
     has_default: bool
+    tag: int | None  # the tag of a tagged field (written in the tagged-field section), else None
 
 
 @cache
-def _fields(cls: type) -> tuple[_FieldInfo, ...]:
+def fields_of(cls: type) -> tuple[FieldInfo, ...]:
+    """The schema of a kio entity class, field by field in wire order."""
     hints = typing.get_type_hints(cls)
     out = []
     for f in dataclasses.fields(cls):
@@ -53,11 +55,12 @@ def _fields(cls: type) -> tuple[_FieldInfo, ...]:
         inner = args[0] if is_array and args else hint
         nested = inner if dataclasses.is_dataclass(inner) else None
         has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
-        out.append(_FieldInfo(f.name, f.metadata.get("kafka_type"), nullable, nested, is_array, has_default))
+        out.append(FieldInfo(f.name, f.metadata.get("kafka_type"), nullable, nested, is_array, has_default,
+                             f.metadata.get("tag")))
     return tuple(out)
 
 
-def _zero(info: _FieldInfo) -> Any:
+def _zero(info: FieldInfo) -> Any:
     if info.nullable:
         return None
     if info.is_array:
@@ -86,7 +89,7 @@ def _zero(info: _FieldInfo) -> Any:
     raise TypeError(f"no zero value for field {info.name} of kafka type {kt}")
 
 
-def _convert(info: _FieldInfo, value: Any) -> Any:
+def _convert(info: FieldInfo, value: Any) -> Any:
     if value is None:
         return None
     if info.nested is not None:
@@ -110,7 +113,7 @@ def _convert(info: _FieldInfo, value: Any) -> Any:
 def build(cls: type, values: Mapping[str, Any]) -> Any:
     """An instance of ``cls`` from ``values``; keys that ``cls`` lacks are ignored."""
     kwargs: dict[str, Any] = {}
-    for info in _fields(cls):
+    for info in fields_of(cls):
         if info.name in values:
             kwargs[info.name] = _convert(info, values[info.name])
         elif not info.has_default:
@@ -119,7 +122,7 @@ def build(cls: type, values: Mapping[str, Any]) -> Any:
 
 
 def field_names(cls: type) -> frozenset[str]:
-    return frozenset(f.name for f in _fields(cls))
+    return frozenset(f.name for f in fields_of(cls))
 
 
 def millis(value: datetime.timedelta | int) -> int:

@@ -21,7 +21,7 @@ def _filled(cls: type, depth: int = 0, items: int = 2) -> Any:
     """An instance with every array holding ``items`` entries (nested ones filled too, two levels deep),
     strings and bytes non-empty, so every length and count field is exercised."""
     values: dict[str, Any] = {}
-    for f in array_bounds._fields(cls):
+    for f in entities.fields_of(cls):
         if f.is_array:
             if f.nested is not None:
                 values[f.name] = [_filled(f.nested, depth + 1, items) for _ in range(items if depth < 2 else 0)]
@@ -81,5 +81,5 @@ def test_random_bodies_never_crash_the_walk(key_version: tuple[int, int], data: 
 
 def test_fields_follow_the_generated_classes() -> None:
     cls = apis.request_class(apis.FETCH, 13)
-    names = [f.name for f in array_bounds._fields(cls)]
+    names = [f.name for f in entities.fields_of(cls)]
     assert names == [f.name for f in dataclasses.fields(cls)]
