@@ -21,7 +21,6 @@ from typing import Any
 from odradek.coordinator.group.effects import Effects, Write
 from odradek.coordinator.group.membership import Membership
 from odradek.coordinator.group.model import GroupState, Ticket
-from odradek.coordinator.group.offsets import OffsetOps
 from odradek.coordinator.group.records import GroupKey, OffsetKey
 from odradek.coordinator.group.txn_offsets import TxnOffsetOps
 from odradek.protocol.errors import ErrorCode
@@ -29,7 +28,7 @@ from odradek.protocol.errors import ErrorCode
 E = ErrorCode
 
 
-class GroupCoordinator(Membership, OffsetOps, TxnOffsetOps):
+class GroupCoordinator(Membership, TxnOffsetOps):
     _next_retention_check: int | None = None
 
     # -- loading ------------------------------------------------------------------------------------

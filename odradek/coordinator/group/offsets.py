@@ -29,6 +29,7 @@ from typing import Any
 
 from odradek.coordinator.group import consumer_protocol
 from odradek.coordinator.group.effects import Effects, Record, Write
+from odradek.coordinator.group.log_entries import NO_PRODUCER_ID
 from odradek.coordinator.group.model import CONSUMER, Group, GroupState, OffsetEntry, Ticket, TopicPartition
 from odradek.coordinator.group.records import GroupKey, OffsetKey, OffsetValue
 from odradek.coordinator.group.state import CoordinatorState
@@ -60,9 +61,18 @@ class OffsetOps(CoordinatorState):
         member = group.members.get(member_id)
         if member is not None:
             self.schedule_heartbeat(group, member, now)
+        expire = now + retention_ms if retention_ms >= 0 else -1
+        return self.write_offsets(ticket, group_id, offsets, partition_exists, now, expire=expire)
+
+    def write_offsets(self, ticket: Ticket, group_id: str, offsets: list[CommitRequest],
+                      partition_exists: Callable[[str, int], bool], now: int, *, expire: int = -1,
+                      producer_id: int = NO_PRODUCER_ID, producer_epoch: int = -1) -> Effects:
+        """The write of a validated commit (OffsetCommit, or TxnOffsetCommit with ``producer_id``): per
+        partition OFFSET_METADATA_TOO_LARGE, UNKNOWN_TOPIC_OR_PARTITION or a record; the reply
+        ``{(topic, partition): ErrorCode}`` goes out once the records are durable (at once if there are none)."""
+        fx = Effects()
         results: dict[TopicPartition, ErrorCode] = {}
         records: list[Record] = []
-        expire = now + retention_ms if retention_ms >= 0 else -1
         limit = self.config.offset_metadata_max_bytes
         for topic, partition, offset, leader_epoch, metadata in offsets:
             meta = metadata or ""
@@ -80,7 +90,8 @@ class OffsetOps(CoordinatorState):
         def failed(error: ErrorCode) -> list[tuple[Ticket, Any]]:
             return [(ticket, {tp: (error if e == E.NONE else e) for tp, e in results.items()})]
 
-        fx.writes.append(Write(self.partition_of(group_id), records, [(ticket, results)], failed))
+        fx.writes.append(Write(self.partition_of(group_id), records, [(ticket, results)], failed,
+                               producer_id=producer_id, producer_epoch=producer_epoch))
         return fx
 
     def _commit_error(self, group: Group | None, generation_id: int, member_id: str,

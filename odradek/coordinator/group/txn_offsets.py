@@ -29,19 +29,16 @@ are replayed with the producer id of their batch, exactly as they do when the lo
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
-from odradek.coordinator.group.effects import Effects, Record, Write
-from odradek.coordinator.group.model import Group, GroupState, Ticket, TopicPartition
-from odradek.coordinator.group.offsets import CommitRequest
-from odradek.coordinator.group.records import OffsetKey, OffsetValue
-from odradek.coordinator.group.state import CoordinatorState
+from odradek.coordinator.group.effects import Effects
+from odradek.coordinator.group.model import Group, GroupState, Ticket
+from odradek.coordinator.group.offsets import CommitRequest, OffsetOps
 from odradek.protocol.errors import ErrorCode
 
 E = ErrorCode
 
 
-class TxnOffsetOps(CoordinatorState):
+class TxnOffsetOps(OffsetOps):
     def txn_commit(self, ticket: Ticket, *, group_id: str, producer_id: int, producer_epoch: int,
                    generation_id: int, member_id: str, group_instance_id: str | None,
                    offsets: list[CommitRequest], partition_exists: Callable[[str, int], bool], now: int) -> Effects:
@@ -57,28 +54,9 @@ class TxnOffsetOps(CoordinatorState):
         if error is not None:
             return fx.reply(ticket, {(t, p): error for t, p, *_ in offsets})
         if group is None:
-            group = self.groups[group_id] = Group(group_id, state_timestamp=now)
-        results: dict[TopicPartition, ErrorCode] = {}
-        records: list[Record] = []
-        limit = self.config.offset_metadata_max_bytes
-        for topic, partition, offset, leader_epoch, metadata in offsets:
-            meta = metadata or ""
-            if len(meta.encode()) > limit:
-                results[(topic, partition)] = E.OFFSET_METADATA_TOO_LARGE
-            elif not partition_exists(topic, partition):
-                results[(topic, partition)] = E.UNKNOWN_TOPIC_OR_PARTITION
-            else:
-                results[(topic, partition)] = E.NONE
-                records.append((OffsetKey(group_id, topic, partition), OffsetValue(offset, leader_epoch, meta, now)))
-        if not records:
-            return fx.reply(ticket, results)
-
-        def failed(error: ErrorCode) -> list[tuple[Ticket, Any]]:
-            return [(ticket, {tp: (error if e == E.NONE else e) for tp, e in results.items()})]
-
-        fx.writes.append(Write(self.partition_of(group_id), records, [(ticket, results)], failed,
-                               producer_id=producer_id, producer_epoch=producer_epoch))
-        return fx
+            self.groups[group_id] = Group(group_id, state_timestamp=now)
+        return self.write_offsets(ticket, group_id, offsets, partition_exists, now, producer_id=producer_id,
+                                  producer_epoch=producer_epoch)
 
     def _txn_commit_error(self, group: Group | None, generation_id: int, member_id: str,
                           instance_id: str | None) -> ErrorCode | None:
