@@ -92,11 +92,16 @@ def _watermarks(b: BrokerProcess, topic: str, isolation: str) -> tuple[int, int]
         c.close()
 
 
-def _produce_in_txn(p: object, topic: str, values: list[bytes], commit: bool, partitions: int = 1) -> None:
+def _open_txn(p: object, topic: str, values: list[bytes], partitions: int = 1) -> None:
+    """Begin a transaction and write ``values`` in it, delivered to the broker (left open)."""
     p.begin_transaction()  # type: ignore[attr-defined]
     for i, v in enumerate(values):
         p.produce(topic, value=v, key=v, partition=i % partitions)  # type: ignore[attr-defined]
     p.flush(30)  # type: ignore[attr-defined]  # so aborted records reach the log (abort purges unsent ones)
+
+
+def _produce_in_txn(p: object, topic: str, values: list[bytes], commit: bool, partitions: int = 1) -> None:
+    _open_txn(p, topic, values, partitions)
     if commit:
         p.commit_transaction(30)  # type: ignore[attr-defined]
     else:
@@ -129,10 +134,7 @@ def test_an_open_transaction_holds_back_read_committed(txn_broker: BrokerProcess
     create_topic(txn_broker, topic_name)
     p = _producer(txn_broker, f"tx-{topic_name}")
     _produce_in_txn(p, topic_name, [b"before-%d" % i for i in range(10)], True)
-    p.begin_transaction()  # type: ignore[attr-defined]
-    for i in range(10):
-        p.produce(topic_name, value=b"open-%d" % i)  # type: ignore[attr-defined]
-    p.flush(10)  # type: ignore[attr-defined]
+    _open_txn(p, topic_name, [b"open-%d" % i for i in range(10)])
     # The open transaction's records are stored: read_uncommitted sees them, read_committed stops before them.
     assert len(_read(txn_broker, topic_name, 1, "read_uncommitted", expect=20)) == 20
     assert len(_read(txn_broker, topic_name, 1, "read_committed", settle=1.0)) == 10
@@ -153,9 +155,7 @@ def test_a_second_producer_with_the_same_id_fences_the_first(txn_broker: BrokerP
     create_topic(txn_broker, topic_name)
     tid = f"tx-{topic_name}"
     old = _producer(txn_broker, tid)
-    old.begin_transaction()  # type: ignore[attr-defined]
-    old.produce(topic_name, value=b"zombie")  # type: ignore[attr-defined]
-    old.flush(10)  # type: ignore[attr-defined]
+    _open_txn(old, topic_name, [b"zombie"])
     new = _producer(txn_broker, tid)  # aborts the old instance's open transaction
     _produce_in_txn(new, topic_name, [b"new"], True)
     with pytest.raises(KafkaException) as err:
@@ -168,10 +168,7 @@ def test_a_second_producer_with_the_same_id_fences_the_first(txn_broker: BrokerP
 def test_an_abandoned_transaction_is_aborted_after_its_timeout(txn_broker: BrokerProcess, topic_name: str) -> None:
     create_topic(txn_broker, topic_name)
     p = _producer(txn_broker, f"tx-{topic_name}", **{"transaction.timeout.ms": 1000})
-    p.begin_transaction()  # type: ignore[attr-defined]
-    for i in range(5):
-        p.produce(topic_name, value=b"abandoned-%d" % i)  # type: ignore[attr-defined]
-    p.flush(10)  # type: ignore[attr-defined]
+    _open_txn(p, topic_name, [b"abandoned-%d" % i for i in range(5)])
     deadline = time.monotonic() + 20
     lso = 0
     while time.monotonic() < deadline:  # the coordinator aborts it; the marker moves the LSO past it
@@ -192,10 +189,7 @@ def test_a_transaction_survives_a_broker_restart(own_txn_broker: BrokerProcess, 
     create_topic(b, topic_name)
     tid = f"tx-{topic_name}"
     p = _producer(b, tid)
-    p.begin_transaction()  # type: ignore[attr-defined]
-    for i in range(20):
-        p.produce(topic_name, value=b"r-%d" % i)  # type: ignore[attr-defined]
-    p.flush(10)  # type: ignore[attr-defined]
+    _open_txn(p, topic_name, [b"r-%d" % i for i in range(20)])
     b.restart()
     # The coordinator reloads the Ongoing transaction; the same producer commits it.
     p.commit_transaction(60)  # type: ignore[attr-defined]
@@ -212,10 +206,7 @@ def test_an_open_transaction_is_aborted_when_a_new_instance_starts_after_a_crash
     create_topic(b, topic_name)
     tid = f"tx-{topic_name}"
     p = _producer(b, tid)
-    p.begin_transaction()  # type: ignore[attr-defined]
-    for i in range(20):
-        p.produce(topic_name, value=b"lost-%d" % i)  # type: ignore[attr-defined]
-    p.flush(10)  # type: ignore[attr-defined]
+    _open_txn(p, topic_name, [b"lost-%d" % i for i in range(20)])
     b.kill()  # SIGKILL: nothing flushed or closed cleanly
     b.start()
     p2 = _producer(b, tid)
