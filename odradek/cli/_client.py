@@ -87,6 +87,11 @@ def non_negative_int(text: str) -> int:
     return n
 
 
+def comma_words(items: Iterable[str]) -> list[str]:
+    """The non-empty, stripped words of a repeatable comma-separated option: ``["a, b", "c"]`` → a, b, c."""
+    return [w for item in items for w in (part.strip() for part in item.split(",")) if w]
+
+
 def split_key_value(item: str, option: str) -> tuple[str, str]:
     """``key=value`` → (key, value); the value may itself contain ``=``."""
     key, sep, value = item.partition("=")

@@ -154,16 +154,13 @@ def _check_options(args: argparse.Namespace) -> None:
 def parse_states(items: Iterable[str]) -> list[ConsumerGroupState]:
     """``["Stable,empty", "Dead"]`` → the states; a ``CliError`` naming the valid ones otherwise."""
     out: list[ConsumerGroupState] = []
-    for item in items:
-        for word in (w.strip() for w in item.split(",")):
-            if not word:
-                continue
-            state = _STATES_BY_LOWER.get(word.lower())
-            if state is None:
-                valid = ", ".join(sorted(STATE_NAMES[s] for s in _STATES_BY_LOWER.values()))
-                raise CliError(f"--state {word!r} is not a group state", f"the states are: {valid}", exit_code=2)
-            if state not in out:
-                out.append(state)
+    for word in _client.comma_words(items):
+        state = _STATES_BY_LOWER.get(word.lower())
+        if state is None:
+            valid = ", ".join(sorted(STATE_NAMES[s] for s in _STATES_BY_LOWER.values()))
+            raise CliError(f"--state {word!r} is not a group state", f"the states are: {valid}", exit_code=2)
+        if state not in out:
+            out.append(state)
     return out
 
 

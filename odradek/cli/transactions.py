@@ -211,34 +211,28 @@ def _check_options(args: argparse.Namespace) -> None:
 def parse_states(items: Iterable[str]) -> list[str]:
     """``["ongoing,PrepareCommit", "Empty"]`` → Kafka's state names; a ``CliError`` naming them otherwise."""
     out: list[str] = []
-    for item in items:
-        for word in (w.strip() for w in item.split(",")):
-            if not word:
-                continue
-            state = _STATES_BY_LOWER.get(word.lower())
-            if state is None:
-                raise CliError(f"--state {word!r} is not a transaction state",
-                               f"the states are: {', '.join(STATES)}", exit_code=2)
-            if state not in out:
-                out.append(state)
+    for word in _client.comma_words(items):
+        state = _STATES_BY_LOWER.get(word.lower())
+        if state is None:
+            raise CliError(f"--state {word!r} is not a transaction state",
+                           f"the states are: {', '.join(STATES)}", exit_code=2)
+        if state not in out:
+            out.append(state)
     return out
 
 
 def parse_producer_ids(items: Iterable[str]) -> list[int]:
     out: list[int] = []
-    for item in items:
-        for word in (w.strip() for w in item.split(",")):
-            if not word:
-                continue
-            try:
-                pid = int(word)
-            except ValueError:
-                pid = -1
-            if pid < 0:
-                raise CliError(f"--producer-id {word!r} is not a producer id (a non-negative integer)",
-                               "`odradek transactions list` shows the producer ids", exit_code=2)
-            if pid not in out:
-                out.append(pid)
+    for word in _client.comma_words(items):
+        try:
+            pid = int(word)
+        except ValueError:
+            pid = -1
+        if pid < 0:
+            raise CliError(f"--producer-id {word!r} is not a producer id (a non-negative integer)",
+                           "`odradek transactions list` shows the producer ids", exit_code=2)
+        if pid not in out:
+            out.append(pid)
     return out
 
 
