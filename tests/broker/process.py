@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -139,3 +140,14 @@ class BrokerProcess:
     @property
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+
+def serving(base: Path, overrides: list[str] | None = None) -> Iterator[BrokerProcess]:
+    """A broker with its data and log under ``base`` for the length of a (module-scoped) fixture; it must
+    exit cleanly (code 0) when stopped."""
+    b = BrokerProcess(base / "data", base / "broker.log", list(overrides or [])).start()
+    try:
+        yield b
+    finally:
+        code = b.stop()
+    assert code == 0, f"broker exited with {code}:\n{b.log()[-4000:]}"

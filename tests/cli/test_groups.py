@@ -22,7 +22,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from odradek.cli import groups_reset
 from odradek.cli._client import CliError
 from odradek.cli.groups_reset import Target, parse_duration, parse_topic_specs, plan_offsets
-from tests.broker.process import BrokerProcess
+from tests.broker.process import BrokerProcess, serving
 from tests.cli.test_cli import Cli
 
 GROUP_OVERRIDES = [
@@ -38,13 +38,7 @@ BASE_TS = 1577836800000  # 2020-01-01T00:00:00Z
 
 @pytest.fixture(scope="module")
 def group_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    base = tmp_path_factory.mktemp("groups-broker")
-    b = BrokerProcess(base / "data", base / "broker.log", GROUP_OVERRIDES).start()
-    try:
-        yield b
-    finally:
-        code = b.stop()
-    assert code == 0, f"broker exited with {code}:\n{b.log()[-4000:]}"
+    yield from serving(tmp_path_factory.mktemp("groups-broker"), GROUP_OVERRIDES)
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from kafka import TopicPartition
 
 from odradek.cli import transactions as tx
 from odradek.cli._client import CliError
-from tests.broker.process import BrokerProcess, free_port
+from tests.broker.process import BrokerProcess, free_port, serving
 from tests.cli.test_cli import Cli
 
 TXN_OVERRIDES = ["transaction.state.log.num.partitions=1", "offsets.topic.num.partitions=1"]
@@ -34,13 +34,7 @@ STATE_WAIT_S = 15.0
 
 @pytest.fixture(scope="module")
 def txn_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    base = tmp_path_factory.mktemp("txn-broker")
-    b = BrokerProcess(base / "data", base / "broker.log", TXN_OVERRIDES).start()
-    try:
-        yield b
-    finally:
-        code = b.stop()
-    assert code == 0, f"broker exited with {code}:\n{b.log()[-4000:]}"
+    yield from serving(tmp_path_factory.mktemp("txn-broker"), TXN_OVERRIDES)
 
 
 @pytest.fixture(scope="module")
