@@ -7,8 +7,11 @@ Invariants:
 - A size prefix larger than ``socket.request.max.bytes`` closes the connection before any buffer
   for the frame is allocated. Every closed-on-error connection is logged with address and reason.
 - Record sets in Fetch responses go from the page cache to the socket with ``sendfile``.
-- Shutdown: stop accepting, let in-flight requests finish and answer, close idle connections,
-  then flush and mark the logs clean.
+- Shutdown: stop accepting, let in-flight requests finish and answer, then give each client up to
+  ``SHUTDOWN_LINGER_S`` to read its last responses (requests arriving meanwhile are read and dropped,
+  unanswered and unapplied) before closing; then flush and mark the logs clean. The linger matters:
+  a client that reads a response and the close in one wake-up may drop the response (kafka-python 3.0
+  does) and resend a request that was already applied.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ log = logging.getLogger(__name__)
 
 _WRITE_HIGH_WATER = 1 << 20
 GROUP_TICK_MS = 50
+SHUTDOWN_LINGER_S = 0.25
 
 
 class Server:
@@ -153,8 +157,21 @@ class Server:
         except Exception:
             log.exception("closing connection from %s after an internal error", peer)
         finally:
+            if self._closing:
+                await self._linger(reader)
             self._connections.pop(task, None)
             writer.close()
+
+    @staticmethod
+    async def _linger(reader: asyncio.StreamReader) -> None:
+        """Shutting down: wait for the client to close, or ``SHUTDOWN_LINGER_S``, so the responses already
+        written are read before the connection ends. Whatever the client sends meanwhile is dropped."""
+        try:
+            async with asyncio.timeout(SHUTDOWN_LINGER_S):
+                while await reader.read(65536):
+                    pass
+        except (TimeoutError, ConnectionError, asyncio.CancelledError):
+            pass
 
     async def _send(self, writer: asyncio.StreamWriter, chunks: list[Any]) -> None:
         loop = asyncio.get_running_loop()
