@@ -1,7 +1,10 @@
 """``odradek dump-log``: print what segment and index files hold, as ``kafka-dump-log.sh`` does.
 
-Reads files directly (the broker need not run). Every batch is CRC-checked; the dump stops at the
-first invalid batch and says where the valid log ends, which is where recovery would cut it.
+Reads files directly (the broker need not run): segments (``.log``), offset and time indexes,
+aborted-transaction indexes (``.txnindex``) and producer snapshots (``.snapshot``). Every batch is
+CRC-checked; the dump stops at the first invalid batch and says where the valid log ends, which is
+where recovery would cut it. With ``--print-data-log`` a transaction marker shows its outcome and
+coordinator epoch instead of its raw key and value.
 """
 
 from __future__ import annotations
@@ -16,15 +19,18 @@ from typing import TextIO
 from odradek.protocol import batch as rb
 from odradek.protocol.compression import Compression
 from odradek.protocol.errors import KafkaError
-from odradek.protocol.records import decode_records
+from odradek.protocol.records import ControlType, decode_records, parse_control_key, parse_end_txn_marker
+from odradek.storage import txn_index
+from odradek.storage.producer_state import read_snapshot
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "dump-log",
-        help="print the batches of .log segments and the entries of .index/.timeindex files",
-        description="Print the contents of segment (.log), offset index (.index) and time index "
-        "(.timeindex) files, checking every batch's CRC.",
+        help="print the batches of .log segments and the entries of index and snapshot files",
+        description="Print the contents of segment (.log), offset index (.index), time index (.timeindex), "
+        "aborted-transaction index (.txnindex) and producer snapshot (.snapshot) files, checking every "
+        "batch's CRC.",
     )
     p.add_argument("--files", nargs="+", required=True, type=Path, help="files to dump")
     p.add_argument("--print-data-log", action="store_true", help="also print each record's key and value")
@@ -44,10 +50,44 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             dump_index(path, ">II", "offset: {base_plus_a} position: {b}", out)
         elif path.suffix == ".timeindex":
             dump_index(path, ">qI", "timestamp: {a} offset: {base_plus_b}", out)
+        elif path.suffix == txn_index.TXN_INDEX_SUFFIX:
+            status |= dump_txn_index(path, out)
+        elif path.suffix == ".snapshot":
+            status |= dump_snapshot(path, out)
         else:
-            print(f"error: {path}: not a .log, .index or .timeindex file", file=sys.stderr)
+            print(f"error: {path}: not a .log, .index, .timeindex, .txnindex or .snapshot file", file=sys.stderr)
             status = 1
     return status
+
+
+def dump_txn_index(path: Path, out: TextIO) -> int:
+    """One line per aborted transaction; a torn last entry is reported (the broker rebuilds such a file)."""
+    data = path.read_bytes()
+    whole = len(data) - len(data) % txn_index.ENTRY_SIZE
+    for version, pid, first, last, lso in txn_index.ENTRY.iter_unpack(data[:whole]):
+        print(f"version: {version} producerId: {pid} firstOffset: {first} lastOffset: {last} "
+              f"lastStableOffset: {lso}", file=out)
+    if whole != len(data):
+        print(f"torn entry: the last {len(data) - whole} bytes are not a whole {txn_index.ENTRY_SIZE}-byte entry",
+              file=out)
+        return 1
+    return 0
+
+
+def dump_snapshot(path: Path, out: TextIO) -> int:
+    """One line per producer: epoch, transaction state and its last batch."""
+    try:
+        entries = read_snapshot(path)
+    except ValueError as e:
+        print(f"unreadable snapshot: {e} (the broker skips it and reads the log instead)", file=out)
+        return 1
+    for e in entries:
+        txn_first = e.current_txn_first_offset if e.current_txn_first_offset >= 0 else "None"
+        print(f"producerId: {e.producer_id} producerEpoch: {e.epoch} coordinatorEpoch: {e.coordinator_epoch} "
+              f"currentTxnFirstOffset: {txn_first} lastTimestamp: {e.timestamp} firstSequence: {e.first_sequence} "
+              f"lastSequence: {e.last_sequence} lastOffset: {e.last_offset} offsetDelta: {e.offset_delta}",
+              file=out)
+    return 0
 
 
 def dump_index(path: Path, fmt: str, template: str, out: TextIO) -> None:
@@ -91,6 +131,10 @@ def dump_segment(path: Path, print_data: bool, out: TextIO) -> int:
             )
             if print_data:
                 for r in decode_records(data):
+                    if h.is_control:
+                        print(f"| offset: {r.offset} {ts_type}: {r.timestamp} {describe_control(r.key, r.value)}",
+                              file=out)
+                        continue
                     key = r.key.decode("utf-8", "replace") if r.key is not None else "null"
                     value = r.value.decode("utf-8", "replace") if r.value is not None else "null"
                     headers = ",".join(f"{k}:{(v or b'').decode('utf-8', 'replace')}" for k, v in r.headers)
@@ -101,3 +145,14 @@ def dump_segment(path: Path, print_data: bool, out: TextIO) -> int:
                     )
             pos += h.size
     return 0
+
+
+def describe_control(key: bytes | None, value: bytes | None) -> str:
+    """What a control record says: a transaction marker's outcome and coordinator epoch, or its type."""
+    try:
+        kind = parse_control_key(key).type
+        if kind in (ControlType.COMMIT, ControlType.ABORT):
+            return f"endTxnMarker: {kind.name} coordinatorEpoch: {parse_end_txn_marker(value)}"
+        return f"controlType: {kind.name}"
+    except KafkaError as e:
+        return f"invalid control record: {e}"

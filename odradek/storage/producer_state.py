@@ -257,6 +257,40 @@ def snapshot_path(directory: Path, offset: int) -> Path:
     return directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
 
 
+class SnapshotEntry(NamedTuple):
+    """One producer in a snapshot file: its last batch and transaction state."""
+
+    producer_id: int
+    epoch: int
+    last_sequence: int
+    last_offset: int
+    offset_delta: int  # last_offset - the batch's first offset
+    timestamp: int
+    coordinator_epoch: int
+    current_txn_first_offset: int  # -1: no ongoing transaction
+
+    @property
+    def first_sequence(self) -> int:
+        return (self.last_sequence - self.offset_delta) & 0x7FFFFFFF
+
+
+def read_snapshot(path: Path) -> list[SnapshotEntry]:
+    """The entries of a snapshot file. Raises ``OSError``, or ``ValueError`` if the version, CRC or length
+    is wrong."""
+    data = path.read_bytes()
+    try:
+        version, crc, count = _HEAD.unpack_from(data, 0)
+    except struct.error:
+        raise ValueError(f"{len(data)} bytes is shorter than the {_HEAD.size}-byte header") from None
+    if version != _VERSION:
+        raise ValueError(f"version {version}, expected {_VERSION}")
+    if crc32c(data[6:]) != crc:
+        raise ValueError("the CRC does not match")
+    if len(data) != _HEAD.size + count * _ENTRY.size:
+        raise ValueError(f"{len(data)} bytes do not hold the {count} entries the header announces")
+    return [SnapshotEntry(*e) for e in _ENTRY.iter_unpack(data[_HEAD.size:])]
+
+
 def _in_sequence(last_seq: int, next_seq: int) -> bool:
     return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == 0x7FFFFFFF)
 
@@ -460,24 +494,20 @@ class ProducerStateManager:
 
     def _read_snapshot(self, path: Path) -> dict[int, ProducerEntry] | None:
         try:
-            data = path.read_bytes()
-            version, crc, count = _HEAD.unpack_from(data, 0)
-            if version != _VERSION or crc32c(data[6:]) != crc or len(data) != _HEAD.size + count * _ENTRY.size:
-                raise ValueError("version, CRC or length does not match")
-        except (OSError, ValueError, struct.error) as e:
+            snapshot = read_snapshot(path)
+        except (OSError, ValueError) as e:
             log.warning("%s: producer snapshot %s is unreadable (%s); reading the log further back", self.name,
                         path.name, e)
             return None
         producers = {}
-        for i in range(count):
-            pid, epoch, last_seq, last_offset, delta, ts, coord_epoch, txn_first = _ENTRY.unpack_from(
-                data, _HEAD.size + i * _ENTRY.size)
-            entry = ProducerEntry(pid, epoch, last_timestamp=ts, coordinator_epoch=coord_epoch,
-                                  current_txn_first_offset=txn_first)
-            if last_seq != NO_SEQUENCE:
-                first_seq = (last_seq - delta) & 0x7FFFFFFF
-                entry.batches.append(BatchMeta(first_seq, last_seq, last_offset - delta, last_offset, ts))
-            producers[pid] = entry
+        for s in snapshot:
+            entry = ProducerEntry(s.producer_id, s.epoch, last_timestamp=s.timestamp,
+                                  coordinator_epoch=s.coordinator_epoch,
+                                  current_txn_first_offset=s.current_txn_first_offset)
+            if s.last_sequence != NO_SEQUENCE:
+                entry.batches.append(BatchMeta(s.first_sequence, s.last_sequence, s.last_offset - s.offset_delta,
+                                               s.last_offset, s.timestamp))
+            producers[s.producer_id] = entry
         return producers
 
     # -- opening and truncation ------------------------------------------------------------------
