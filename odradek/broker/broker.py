@@ -21,7 +21,7 @@ from collections.abc import Iterable
 
 from odradek.broker.config import BrokerConfig, default_log_config, merge_dynamic
 from odradek.broker.fetch_session import FetchSessionCache
-from odradek.broker.group_runtime import GroupRuntime
+from odradek.broker.group_runtime import OFFSETS_TOPIC, GroupRuntime
 from odradek.broker.producer_ids import ProducerIdAllocator
 from odradek.broker.txn_runtime import TxnRuntime
 from odradek.clock import SYSTEM_CLOCK, Clock
@@ -253,6 +253,18 @@ class Broker:
         lg.update_high_watermark(lg.next_offset)
         self.notify(topic, partition)
         return info
+
+    def append_txn_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int, commit: bool,
+                          coordinator_epoch: int) -> None:
+        """End a producer's transaction in one partition: append its COMMIT or ABORT marker (fenced by
+        epoch and coordinator epoch in the log), settle its pending offsets if the partition is one of
+        ``__consumer_offsets``, and wake the fetches the moved last stable offset may release."""
+        lg = self.get_log(topic, partition)
+        lg.append_marker(producer_id, producer_epoch, commit, coordinator_epoch)
+        lg.update_high_watermark(lg.next_offset)
+        if topic == OFFSETS_TOPIC:
+            self.groups.complete_txn(partition, producer_id, commit)
+        self.notify(topic, partition)
 
     # -- long polls ------------------------------------------------------------------------------
 

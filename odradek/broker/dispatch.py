@@ -34,6 +34,7 @@ from odradek.broker.handlers import (
     producers,
     records_admin,
     transactions,
+    txn_markers,
 )
 from odradek.protocol import apis, array_bounds, entities
 from odradek.protocol.frame import FrameError, parse_request_header, peek_header, response_prefix
@@ -56,6 +57,7 @@ HANDLERS: dict[int, Handler] = {
     apis.INCREMENTAL_ALTER_CONFIGS: admin_configs.handle_incremental_alter_configs,
     apis.DESCRIBE_CLUSTER: cluster.handle_describe_cluster,
     apis.DESCRIBE_PRODUCERS: describe_producers.handle_describe_producers,
+    apis.WRITE_TXN_MARKERS: txn_markers.handle_write_txn_markers,
     apis.DELETE_RECORDS: records_admin.handle_delete_records,
     apis.OFFSET_FOR_LEADER_EPOCH: records_admin.handle_offset_for_leader_epoch,
     apis.FIND_COORDINATOR: groups.handle_find_coordinator,

@@ -51,7 +51,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TXN_STATE_TOPIC = "__transaction_state"
-OFFSETS_TOPIC = "__consumer_offsets"
 COORDINATOR_EPOCH = 0
 _STALE_MARKER = (ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.TRANSACTION_COORDINATOR_FENCED)
 
@@ -189,13 +188,11 @@ class TxnRuntime(CoordinatorRuntime):
             self.apply(coord.markers_written(transactional_id, m.producer_id, m.producer_epoch, now=self.now()))
 
     def _write_marker(self, m: TxnMarkers, topic: str, partition: int) -> None:
-        b = self.broker
         try:
-            lg = b.get_log(topic, partition)
+            self.broker.append_txn_marker(topic, partition, m.producer_id, m.producer_epoch, m.commit,
+                                          m.coordinator_epoch)
         except UnknownTopicError:
             return  # deleted since it joined the transaction: nothing to mark
-        try:
-            lg.append_marker(m.producer_id, m.producer_epoch, m.commit, m.coordinator_epoch)
         except KafkaError as e:
             if e.code not in _STALE_MARKER:
                 raise
@@ -203,10 +200,6 @@ class TxnRuntime(CoordinatorRuntime):
                       "a newer decision already reached it", m.transactional_id, topic, partition, m.producer_id,
                       m.producer_epoch, e.message)
             return
-        lg.update_high_watermark(lg.next_offset)
-        if topic == OFFSETS_TOPIC:
-            b.groups.complete_txn(partition, m.producer_id, m.commit)
-        b.notify(topic, partition)
 
     def outstanding_markers(self) -> dict[str, list[tuple[str, int]]]:
         """Transactional id -> partitions whose marker is not written yet (for operators and tests)."""

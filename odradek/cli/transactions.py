@@ -1,9 +1,9 @@
-"""``odradek transactions list|describe|describe-producers|find-hanging``, as ``kafka-transactions.sh`` shows them.
+"""``odradek transactions list|describe|describe-producers|find-hanging|abort``, as ``kafka-transactions.sh``.
 
 The verb uses kafka-python's ``KafkaAdminClient``: confluent-kafka's AdminClient has no transaction
 APIs. It sends ListTransactions (api 66), DescribeTransactions (api 65, to the transaction
 coordinator found with FindCoordinator), DescribeProducers (api 61, to the partition leader, or to
-``--broker-id``) and Metadata.
+``--broker-id``), WriteTxnMarkers (api 27, to the partition leader, for abort) and Metadata.
 
 Output is a table per action, columns left-aligned and separated by at least two spaces; the header
 is printed even when there are no rows, as kafka-transactions.sh does.
@@ -30,6 +30,11 @@ write)::
 
     Topic  Partition  ProducerId  ProducerEpoch  CoordinatorEpoch  StartOffset  LastTimestamp  Duration(min)
 
+abort (writes an ABORT marker for one producer in one partition, ending a hanging transaction; the
+producer is found by the offset where its open transaction starts, or named with its epochs)::
+
+    Aborted the transaction of producer 4000 (epoch 0) in orders-0 that started at offset 17
+
 Usage::
 
     odradek transactions list
@@ -39,6 +44,9 @@ Usage::
     odradek transactions describe-producers --topic orders --partition 0
     odradek transactions find-hanging --broker-id 1
     odradek transactions find-hanging --topic orders --max-transaction-timeout 5
+    odradek transactions abort --topic orders --partition 0 --start-offset 17
+    odradek transactions abort --topic orders --partition 0 --producer-id 4000 --producer-epoch 0 \
+        --coordinator-epoch 0
 
 Invariants:
 - Values mean what kafka-transactions.sh prints: "None" where Kafka has no value (no transaction
@@ -54,6 +62,9 @@ Invariants:
   minutes, and that producer's transactional id is unknown to the coordinators, or its
   transaction does not include that partition. Such a transaction holds back the partition's last
   stable offset (read_committed consumers) until it is aborted.
+- abort with ``--start-offset`` takes the producer id, epoch and coordinator epoch (0 if the partition
+  has seen none) from DescribeProducers, as kafka-transactions.sh does, and refuses if no open
+  transaction starts there; the partition leader refuses an older epoch or coordinator epoch.
 - Every wait is bounded: connecting by ``--request-timeout-ms``, each admin call by twice that plus
   5 s (a call may need a Metadata or FindCoordinator round trip before its own request).
 - Failures are ``CliError``s (``odradek transactions: error: ...`` and a hint): exit code 1 for an
@@ -77,6 +88,7 @@ from typing import Any, TypeVar
 
 import kafka.errors as kerrors
 from kafka import KafkaAdminClient, TopicPartition
+from kafka.admin import AbortTransactionSpec
 
 from odradek.cli import _client
 from odradek.cli._client import CliError
@@ -84,7 +96,7 @@ from odradek.cli.groups import print_table
 
 T = TypeVar("T")
 
-ACTIONS = ("list", "describe", "describe-producers", "find-hanging")
+ACTIONS = ("list", "describe", "describe-producers", "find-hanging", "abort")
 
 # Kafka's transaction states, as ListTransactions filters on them and the tools print them.
 STATES = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort", "Dead",
@@ -114,7 +126,7 @@ log = logging.getLogger("odradek.cli.transactions")
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "transactions",
-        help="list and describe transactions and producer state, find hanging transactions "
+        help="list and describe transactions and producer state, find and abort hanging transactions "
              "(like kafka-transactions.sh)",
         description="Inspect the transactional state of producers: transactions known to the transaction "
                     "coordinator, producer state on partitions, and hanging transactions.",
@@ -123,7 +135,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "  odradek transactions list --duration-filter 60000             # open for more than a minute\n"
         "  odradek transactions describe --transactional-id orders-tx-1\n"
         "  odradek transactions describe-producers --topic orders --partition 0\n"
-        "  odradek transactions find-hanging --broker-id 1",
+        "  odradek transactions find-hanging --broker-id 1\n"
+        "  odradek transactions abort --topic orders --partition 0 --start-offset 17",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -166,7 +179,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                     help="the brokers' transaction.max.timeout.ms, in minutes: open transactions whose last "
                          f"write is older are candidates (default {DEFAULT_MAX_TRANSACTION_TIMEOUT_MIN})")
 
-    for sp in (ls, ds, dp, fh):
+    ab = actions.add_parser(
+        "abort", help="abort a hanging transaction in one partition",
+        description="Abort an open transaction in one partition by writing its ABORT marker there (use "
+                    "find-hanging first). Name the transaction by the offset where it starts (--start-offset) "
+                    "or by its producer (--producer-id, --producer-epoch and --coordinator-epoch).")
+    ab.add_argument("--topic", required=True, metavar="NAME", help="topic name")
+    ab.add_argument("--partition", required=True, type=_client.non_negative_int, metavar="N", help="partition")
+    ab.add_argument("--start-offset", type=_client.non_negative_int, metavar="OFFSET",
+                    help="the offset where the transaction starts (CurrentTransactionStartOffset)")
+    ab.add_argument("--producer-id", type=_client.non_negative_int, metavar="ID", help="the producer id")
+    ab.add_argument("--producer-epoch", type=_client.non_negative_int, metavar="EPOCH", help="the producer epoch")
+    ab.add_argument("--coordinator-epoch", type=_client.non_negative_int, metavar="EPOCH",
+                    help="the coordinator epoch of the producer's last marker (LatestCoordinatorEpoch)")
+
+    for sp in (ls, ds, dp, fh, ab):
         _client.add_common_options(sp)
         sp.set_defaults(func=lambda args: _client.run_verb("transactions", run, args))
 
@@ -177,7 +204,7 @@ def run(args: argparse.Namespace) -> int:
     admin = Admin(args)
     try:
         return {"list": list_transactions, "describe": describe, "describe-producers": describe_producers,
-                "find-hanging": find_hanging}[args.action](admin, args)
+                "find-hanging": find_hanging, "abort": abort}[args.action](admin, args)
     finally:
         admin.close()
 
@@ -206,6 +233,16 @@ def _check_options(args: argparse.Namespace) -> None:
                            "broker.id, 1 by default)", exit_code=2)
         if args.partition is not None and args.topic is None:
             raise CliError("--partition needs --topic", exit_code=2)
+    elif args.action == "abort":
+        named = (args.producer_id, args.producer_epoch, args.coordinator_epoch)
+        if args.start_offset is not None and any(v is not None for v in named):
+            raise CliError("give either --start-offset or --producer-id/--producer-epoch/--coordinator-epoch, "
+                           "not both", exit_code=2)
+        if args.start_offset is None and any(v is None for v in named):
+            raise CliError("abort needs --start-offset, or all of --producer-id, --producer-epoch and "
+                           "--coordinator-epoch",
+                           f"`odradek transactions describe-producers --topic {args.topic} --partition "
+                           f"{args.partition}` shows them", exit_code=2)
 
 
 def parse_states(items: Iterable[str]) -> list[str]:
@@ -376,6 +413,7 @@ _APIS = {
     "list transactions": "ListTransactions (api 66)",
     "describe transactional id": "DescribeTransactions (api 65)",
     "describe producers": "DescribeProducers (api 61)",
+    "abort the transaction": "WriteTxnMarkers (api 27)",
 }
 
 
@@ -398,6 +436,11 @@ def error_from(e: BaseException, args: argparse.Namespace, what: str, *, subject
         topic = subject or "NAME"
         return CliError(f"cannot {what}: the topic or partition does not exist (UNKNOWN_TOPIC_OR_PARTITION)",
                         f"`odradek topics describe --topic {topic}` shows its partitions", code=code)
+    if isinstance(e, kerrors.InvalidProducerEpochError | kerrors.TransactionCoordinatorFencedError):
+        return CliError(f"cannot {what}: {_describe_error(e)}",
+                        "the partition has seen a newer epoch of this producer or of its coordinator: "
+                        "`odradek transactions describe-producers` shows its ProducerEpoch and LatestCoordinatorEpoch",
+                        code=code)
     if isinstance(e, kerrors.CoordinatorLoadInProgressError | kerrors.CoordinatorNotAvailableError):
         return CliError(f"cannot {what}: {_describe_error(e)}",
                         "the transaction coordinator is starting up; retry in a few seconds", code=code)
@@ -594,3 +637,32 @@ def _partitions_to_search(admin: Admin, args: argparse.Namespace) -> list[Any]:
             if args.broker_id is None or args.broker_id in (p.get("replica_nodes") or ()):
                 out.append(TopicPartition(t["name"], p["partition_index"]))
     return sorted(out, key=lambda tp: (tp.topic, tp.partition))
+
+
+# -- abort -------------------------------------------------------------------------------------------
+
+
+def abort(admin: Admin, args: argparse.Namespace) -> int:
+    tp = TopicPartition(args.topic, args.partition)
+    where = f"{tp.topic}-{tp.partition}"
+    started = ""
+    if args.start_offset is not None:
+        result: dict[Any, Any] = admin.call(f"describe producers of {where}",
+                                            lambda c: c.describe_producers([tp]), subject=args.topic)
+        state = result.get(tp)
+        match = [p for p in (state.active_producers if state is not None else ())
+                 if p.current_transaction_start_offset == args.start_offset]
+        if not match:
+            raise CliError(f"no open transaction starts at offset {args.start_offset} in {where}",
+                           f"`odradek transactions describe-producers --topic {tp.topic} --partition {tp.partition}` "
+                           "shows where open transactions start (CurrentTransactionStartOffset)")
+        p = match[0]
+        pid, epoch, coordinator_epoch = p.producer_id, p.producer_epoch, max(p.coordinator_epoch, 0)
+        started = f" that started at offset {args.start_offset}"
+    else:
+        pid, epoch, coordinator_epoch = args.producer_id, args.producer_epoch, args.coordinator_epoch
+    spec = AbortTransactionSpec(tp, pid, epoch, coordinator_epoch)
+    admin.call(f"abort the transaction of producer {pid} (epoch {epoch}) in {where}",
+               lambda c: c.abort_transaction(spec), subject=args.topic)
+    print(f"Aborted the transaction of producer {pid} (epoch {epoch}) in {where}{started}")
+    return 0

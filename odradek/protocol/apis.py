@@ -65,6 +65,7 @@ INIT_PRODUCER_ID = 22
 ADD_PARTITIONS_TO_TXN = 24
 ADD_OFFSETS_TO_TXN = 25
 END_TXN = 26
+WRITE_TXN_MARKERS = 27
 TXN_OFFSET_COMMIT = 28
 DESCRIBE_TRANSACTIONS = 65
 LIST_TRANSACTIONS = 66
@@ -103,6 +104,7 @@ SUPPORTED: dict[int, ApiRange] = _table(
     (ADD_OFFSETS_TO_TXN, "AddOffsetsToTxn", 0, 4),
     (END_TXN, "EndTxn", 0, 4),
     (TXN_OFFSET_COMMIT, "TxnOffsetCommit", 0, 4),
+    (WRITE_TXN_MARKERS, "WriteTxnMarkers", 1, 1),
     (DESCRIBE_TRANSACTIONS, "DescribeTransactions", 0, 0),
     (LIST_TRANSACTIONS, "ListTransactions", 0, 2),
 )

@@ -1,4 +1,4 @@
-"""``odradek transactions list|describe|describe-producers|find-hanging`` against a real broker process.
+"""``odradek transactions list|describe|describe-producers|find-hanging|abort`` against a real broker process.
 
 One broker serves the module; each test uses its own topics and transactional ids (and looks only
 at its own rows, since the ids of other tests are listed too). Transactions are made by real
@@ -214,11 +214,47 @@ def test_find_hanging_over_a_brokers_partitions(cli: Cli, txn_broker: BrokerProc
     p.abort_transaction(30)
 
 
+@pytest.mark.slow
+def test_abort_ends_an_open_transaction_in_one_partition(cli: Cli, txn_broker: BrokerProcess,
+                                                         producers: Callable[[str], Producer]) -> None:
+    topic = make_topic(txn_broker.bootstrap, 2)
+    tid = unique("tx-abort")
+    p = producers(tid)
+    produce_open(p, topic, {0: 2, 1: 1})
+    [pid] = producers_of(cli, topic, 0)
+
+    r = cli("transactions", "abort", "--topic", topic, "--partition", "0", "--start-offset", "1")
+    assert r.returncode == 1 and r.stdout == ""
+    assert f"no open transaction starts at offset 1 in {topic}-0" in r.stderr and "describe-producers" in r.stderr
+
+    out = cli.ok("transactions", "abort", "--topic", topic, "--partition", "0", "--start-offset", "0")
+    assert out.strip() == f"Aborted the transaction of producer {pid} (epoch 0) in {topic}-0 that started at offset 0"
+    assert producers_of(cli, topic, 0)[pid]["CurrentTransactionStartOffset"] == "None"
+    assert producers_of(cli, topic, 1)[pid]["CurrentTransactionStartOffset"] == "0"  # only the one partition
+
+    # a newer instance fences the producer (a newer epoch): an abort naming epoch 0 is refused by the leader
+    p2 = producers(tid)
+    produce_open(p2, topic, {1: 1})
+    state = producers_of(cli, topic, 1)[pid]
+    epoch = state["ProducerEpoch"]
+    assert int(epoch) > 0
+    r = cli("transactions", "abort", "--topic", topic, "--partition", "1", "--producer-id", pid,
+            "--producer-epoch", "0", "--coordinator-epoch", "0")
+    assert r.returncode == 1 and f"cannot abort the transaction of producer {pid} (epoch 0) in {topic}-1" in r.stderr
+    assert "INVALID_PRODUCER_EPOCH" in r.stderr and "describe-producers" in r.stderr
+    out = cli.ok("transactions", "abort", "--topic", topic, "--partition", "1", "--producer-id", pid,
+                 "--producer-epoch", epoch, "--coordinator-epoch", state["LatestCoordinatorEpoch"])
+    assert out.strip() == f"Aborted the transaction of producer {pid} (epoch {epoch}) in {topic}-1"
+    assert producers_of(cli, topic, 1)[pid]["CurrentTransactionStartOffset"] == "None"
+    p2.abort_transaction(30)  # the coordinator's own markers still go out: harmless
+
+
 @pytest.mark.parametrize("verb", [
     ("list",),
     ("describe", "--transactional-id", "x"),
     ("describe-producers", "--topic", "x", "--partition", "0"),
     ("find-hanging", "--broker-id", "1"),
+    ("abort", "--topic", "x", "--partition", "0", "--start-offset", "0"),
 ])
 def test_unreachable_broker_fails_within_the_timeout(verb: tuple[str, ...]) -> None:
     cli = Cli(f"127.0.0.1:{free_port()}")  # nothing listens there
@@ -236,6 +272,10 @@ def test_unreachable_broker_fails_within_the_timeout(verb: tuple[str, ...]) -> N
     (("find-hanging",), "needs --topic or --broker-id"),
     (("find-hanging", "--broker-id", "1", "--partition", "0"), "--partition needs --topic"),
     (("describe", "--transactional-id", " "), "must not be empty"),
+    (("abort", "--topic", "t", "--partition", "0"), "abort needs --start-offset, or all of"),
+    (("abort", "--topic", "t", "--partition", "0", "--producer-id", "3", "--producer-epoch", "0"),
+     "abort needs --start-offset, or all of"),
+    (("abort", "--topic", "t", "--partition", "0", "--start-offset", "1", "--producer-id", "3"), "not both"),
 ])
 def test_usage_errors_exit_2_before_connecting(args: tuple[str, ...], message: str) -> None:
     cli = Cli(f"127.0.0.1:{free_port()}")
