@@ -11,6 +11,9 @@ What a record set may hold, and what is done with it:
   inflated with ``protocol.compression`` (one Python call per compressed batch) and their records
   decoded from the inflated bytes.
 - Control batches (transaction markers) are skipped; they are not data.
+- read_committed: given the Fetch response's aborted transactions, the batches of a producer from the
+  first offset of one of its aborted transactions up to that producer's ABORT marker are dropped, as
+  Kafka's consumers do (a per-batch decision, made in Python only when the list is not empty).
 - A batch cut short at the end (a fetch stops at a byte limit, not a batch boundary) ends the set:
   ``next_offset`` says where to fetch next.
 - Records outside ``[lo, hi)`` are dropped: a fetch returns whole batches, so the first can start
@@ -25,7 +28,7 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -36,6 +39,7 @@ from crc32c import crc32c
 from odradek.protocol import compression
 from odradek.protocol.batch import ATTRIBUTES_AT, HEADER_SIZE, LOG_OVERHEAD
 from odradek.protocol.errors import CorruptRecordError, UnsupportedMagicError
+from odradek.protocol.records import ControlType, decode_records, parse_control_key
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -54,9 +58,10 @@ except ImportError:  # pragma: no cover - the spark extra installs numba
     COMPILED = False
 
 # batch index columns (one row per batch, int64)
-_B_POS, _B_END, _B_BASE, _B_ATTR, _B_COUNT, _B_BASE_TS, _B_MAX_TS, _B_MAGIC, _B_LAST, _B_CRC = range(10)
-_B_COLS = 10
+_B_POS, _B_END, _B_BASE, _B_ATTR, _B_COUNT, _B_BASE_TS, _B_MAX_TS, _B_MAGIC, _B_LAST, _B_CRC, _B_PID = range(11)
+_B_COLS = 11
 _CONTROL = 0x20
+_TRANSACTIONAL = 0x10
 _LOG_APPEND_TIME = 0x08
 _CODEC = 0x07
 
@@ -89,6 +94,7 @@ def _index_batches(buf: Any, out: Any) -> int:
         row[_B_MAX_TS] = _be(buf, pos + 35, 8)
         row[_B_LAST] = _be(buf, pos + 23, 4)
         row[_B_CRC] = _be(buf, pos + 17, 4) & 0xFFFFFFFF
+        row[_B_PID] = _be(buf, pos + 43, 8)
         count += 1
         pos = end
     return count
@@ -286,11 +292,47 @@ class RecordSet:
         last = self.index[-1]
         return int(last[_B_BASE]) + int(last[_B_LAST]) + 1
 
-    def to_arrow(self, lo: int, hi: int, include_headers: bool) -> pa.RecordBatch | None:
-        """The rows with ``lo <= offset < hi`` in Spark's Kafka schema; None if there are none."""
-        data = self.index[(self.index[:, _B_ATTR] & _CONTROL) == 0]
+    def to_arrow(self, lo: int, hi: int, include_headers: bool,
+                 aborted: Sequence[tuple[int, int]] | None = None) -> pa.RecordBatch | None:
+        """The rows with ``lo <= offset < hi`` in Spark's Kafka schema; None if there are none.
+
+        ``aborted``: the ``(producer_id, first_offset)`` list of a read_committed Fetch response; their
+        records are left out."""
+        keep = (self.index[:, _B_ATTR] & _CONTROL) == 0
+        if aborted:
+            keep &= ~self.aborted_batches(aborted)
+        data = self.index[keep]
         buf, regions = _regions(self.buf, data, self.topic, self.partition)
         return _columns(buf, regions, self.topic, self.partition, lo, hi, include_headers)
+
+
+    def aborted_batches(self, aborted: Sequence[tuple[int, int]]) -> np.ndarray:
+        """Which batches hold records of aborted transactions (Kafka's consumer rule: a producer's
+        transactional batches are dropped from the first offset of its aborted transaction until its
+        ABORT marker)."""
+        out = np.zeros(len(self.index), dtype=np.bool_)
+        queue = sorted((first, pid) for pid, first in aborted)
+        at = 0
+        producers: set[int] = set()
+        for i, row in enumerate(self.index):
+            pid = int(row[_B_PID])
+            if pid < 0:
+                continue
+            last = int(row[_B_BASE]) + int(row[_B_LAST])
+            while at < len(queue) and queue[at][0] <= last:
+                producers.add(queue[at][1])
+                at += 1
+            attributes = int(row[_B_ATTR])
+            if attributes & _CONTROL:
+                if pid in producers and self._is_abort_marker(row):
+                    producers.discard(pid)
+            elif attributes & _TRANSACTIONAL and pid in producers:
+                out[i] = True
+        return out
+
+    def _is_abort_marker(self, row: np.ndarray) -> bool:
+        records = decode_records(self.buf[int(row[_B_POS]):int(row[_B_END])].tobytes())
+        return bool(records) and parse_control_key(records[0].key).type == ControlType.ABORT
 
 
 def parse(records: bytes | bytearray | memoryview | None, topic: str, partition: int, *,

@@ -9,15 +9,20 @@ Two readers, the same rows (tested against each other):
   decoded in bulk into Arrow columns (``columnar.py``); one Arrow batch per Fetch response, and the
   next Fetch is sent before the current one is decoded.
 - **consumer**: a confluent-kafka consumer, one ``Message`` per record. Used when the client settings
-  ask for what the fetch reader does not do: ``security.protocol`` other than PLAINTEXT (TLS, SASL),
-  or ``isolation.level=read_committed``.
+  ask for what the fetch reader does not do: ``security.protocol`` other than PLAINTEXT (TLS, SASL).
+
+Both honour ``kafka.isolation.level``: with ``read_committed`` a task reads up to the last stable
+offset and leaves out the records of aborted transactions.
 
 Data loss (records gone before the task read them: retention, truncation) is a ``DataLossError`` with
 ``failOnDataLoss=true``; otherwise the reader skips to what is left, as Spark's Kafka source does:
 
 - the range starts below the log start: continue from the log start;
-- the first batch there starts after the range start: the records between are gone;
 - the log ends before the range end: stop there.
+
+Offsets without a row are not data loss while the log still starts at or before them (Spark's rule):
+records removed by compaction, and under read_committed the records of aborted transactions and the
+transaction markers.
 """
 
 from __future__ import annotations
@@ -55,9 +60,11 @@ def read_range(part: RangePartition) -> Iterator[pa.RecordBatch]:
 
 def fetch_reader_applies(client: dict[str, str]) -> bool:
     protocol = client.get("security.protocol", "plaintext").lower()
-    isolation = client.get("isolation.level", "read_uncommitted").lower()
     secure = any(key.startswith(("sasl.", "ssl.")) for key in client)
-    return protocol == "plaintext" and isolation == "read_uncommitted" and not secure
+    return protocol == "plaintext" and not secure
+
+
+ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
 
 
 def fetch_settings(client: dict[str, str]) -> fetcher.Settings:
@@ -71,8 +78,13 @@ def fetch_settings(client: dict[str, str]) -> fetcher.Settings:
                     raise ValueError(f"option kafka.{name}={client[name]!r} must be an integer") from None
         return default
 
+    isolation = client.get("isolation.level", "read_uncommitted").lower()
+    if isolation not in ISOLATION_LEVELS:
+        raise ValueError(f"option kafka.isolation.level={client['isolation.level']!r} must be read_uncommitted or "
+                         "read_committed")
     return fetcher.Settings(
         client_id=client.get("client.id", "odradek-spark"),
+        isolation_level=ISOLATION_LEVELS[isolation],
         timeout_s=ms("request.timeout.ms", "socket.timeout.ms", default=30_000) / 1000,
         max_wait_ms=ms("fetch.max.wait.ms", "fetch.wait.max.ms", default=500),
         partition_max_bytes=ms("max.partition.fetch.bytes", default=8 << 20),
@@ -86,7 +98,6 @@ def read_fetched(part: RangePartition) -> Iterator[pa.RecordBatch]:
         raise ValueError("option kafka.bootstrap.servers is required")
     check_crcs = part.client.get("check.crcs", "true").lower() != "false"
     position = r.start
-    first = True
     idle_until = time.monotonic() + part.poll_timeout_ms / 1000
     with fetcher.PartitionFetcher(fetcher.parse_bootstrap(servers), r.topic, r.partition,
                                   fetch_settings(part.client)) as source:
@@ -96,7 +107,7 @@ def read_fetched(part: RangePartition) -> Iterator[pa.RecordBatch]:
                 log_start = source.list_offset(fetcher.EARLIEST)
                 if position < log_start:
                     _lost(part, f"offset {position} is no longer in the log, which starts at {log_start}")
-                    position, first = log_start, False
+                    position = log_start
                     continue
                 _lost(part, f"the log ends at {source.list_offset(fetcher.LATEST)}, before the planned end {r.end}")
                 return
@@ -124,11 +135,7 @@ def read_fetched(part: RangePartition) -> Iterator[pa.RecordBatch]:
                                          f"batches before it")
             if following < r.end:
                 source.prefetch(following)
-            if first:
-                first = False
-                if records.first_offset > position:
-                    _lost(part, f"offset {position} was requested but the log continues at {records.first_offset}")
-            batch = records.to_arrow(position, r.end, part.include_headers)
+            batch = records.to_arrow(position, r.end, part.include_headers, got.aborted)
             if batch is not None:
                 yield batch
             position = following
@@ -160,8 +167,9 @@ def read_consumed(part: RangePartition) -> Iterator[pa.RecordBatch]:
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
                         log_end = m.offset()
-                        if log_end is not None and log_end < r.end:  # the log is shorter than planned
-                            _lost(part, f"the log ends at {log_end}, before the planned end {r.end}")
+                        if log_end is not None:  # everything before it was delivered or has no row
+                            if log_end < r.end:  # the log is shorter than planned
+                                _lost(part, f"the log ends at {log_end}, before the planned end {r.end}")
                             position = r.end
                         continue
                     if err.code() == KafkaError._AUTO_OFFSET_RESET or err.code() == KafkaError.OFFSET_OUT_OF_RANGE:
@@ -175,7 +183,7 @@ def read_consumed(part: RangePartition) -> Iterator[pa.RecordBatch]:
                     break
                 if first:
                     first = False
-                    if off > r.start:
+                    if off > r.start and _log_start(consumer, r) > r.start:
                         _lost(part, f"offset {r.start} was requested but the first record is {off}")
                 good.append(m)
                 position = off + 1
@@ -183,6 +191,13 @@ def read_consumed(part: RangePartition) -> Iterator[pa.RecordBatch]:
                 yield _messages_to_arrow(good, r, schema, part.include_headers)
     finally:
         consumer.close()
+
+
+def _log_start(consumer: Any, r: OffsetRange) -> int:
+    from confluent_kafka import TopicPartition
+
+    low, _ = consumer.get_watermark_offsets(TopicPartition(r.topic, r.partition), timeout=10)
+    return int(low)
 
 
 def _messages_to_arrow(messages: list[Any], r: OffsetRange, schema: pa.Schema,

@@ -21,6 +21,7 @@ from odradek.protocol.records import (
     iter_batches,
 )
 from odradek.spark import columnar
+from tests.storage.txn_reader import committed_records
 
 TOPIC, PARTITION = "t", 3
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
@@ -117,6 +118,66 @@ def test_values_are_packed_without_gaps_and_nulls_are_nulls() -> None:
     assert batch.column("key").to_pylist() == [None, b"k", None]
     assert batch.column("offset").to_pylist() == [5, 6, 7]
     assert "headers" not in batch.schema.names
+
+
+# (kind, producer id, record count, codec): a transactional batch, a plain batch, or a COMMIT/ABORT marker
+txn_events = st.lists(st.tuples(st.sampled_from(["txn", "txn", "plain", "commit", "abort"]), st.integers(1, 3),
+                                st.integers(1, 4), st.sampled_from([0, 1, 4])), min_size=1, max_size=25)
+
+
+def build_txn_set(events: list[tuple[str, int, int, int]]
+                  ) -> tuple[bytes, list[tuple[int, int]], list[tuple[int, bytes]]]:
+    """A record set as a log holds it, the aborted-transaction list a broker would send with it, and
+    the (offset, value) of every record not in an aborted transaction (still open ones count: the
+    broker, not the reader, holds them back at the last stable offset)."""
+    out = bytearray()
+    offset, sequences = 0, {1: 0, 2: 0, 3: 0}
+    open_at: dict[int, int] = {}
+    pending: dict[int, list[tuple[int, bytes]]] = {}
+    aborted: list[tuple[int, int]] = []
+    visible: list[tuple[int, bytes]] = []
+    for kind, pid, n, codec in events:
+        if kind in ("commit", "abort"):
+            if pid not in open_at:
+                continue
+            out += build_control_batch(ControlType.COMMIT if kind == "commit" else ControlType.ABORT,
+                                       producer_id=pid, producer_epoch=0, coordinator_epoch=0, timestamp=1,
+                                       base_offset=offset)
+            first, records = open_at.pop(pid), pending.pop(pid)
+            if kind == "abort":
+                aborted.append((pid, first))
+            else:
+                visible += records
+            offset += 1
+            continue
+        values = [(offset + i, f"{kind}-{pid}-{offset + i}".encode()) for i in range(n)]
+        recs = [RecordInput(b"k", v, 1) for _, v in values]
+        if kind == "txn":
+            out += build_batch(recs, base_offset=offset, compression=codec, producer_id=pid, producer_epoch=0,
+                               base_sequence=sequences[pid], is_transactional=True)
+            sequences[pid] += n
+            open_at.setdefault(pid, offset)
+            pending.setdefault(pid, []).extend(values)
+        else:
+            out += build_batch(recs, base_offset=offset, compression=codec)
+            visible += values
+        offset += n
+    for records in pending.values():
+        visible += records
+    return bytes(out), aborted, sorted(visible)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(txn_events, st.integers(0, 20), st.integers(0, 80))
+def test_read_committed_leaves_out_aborted_transactions_as_kafkas_consumers_do(
+        events: list[tuple[str, int, int, int]], lo: int, span: int) -> None:
+    data, aborted, visible = build_txn_set(events)
+    hi = lo + span
+    batch = columnar.parse(data, TOPIC, PARTITION).to_arrow(lo, hi, include_headers=False, aborted=aborted)
+    got = [] if batch is None else list(zip(batch.column("offset").to_pylist(), batch.column("value").to_pylist(),
+                                            strict=True))
+    assert got == [(o, v) for o, v in visible if lo <= o < hi]
+    assert got == [(r.offset, r.value) for r in committed_records(data, aborted, lo) if r.offset < hi]
 
 
 def test_a_set_of_control_batches_only_has_no_rows_but_moves_on() -> None:

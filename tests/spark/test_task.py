@@ -9,7 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from odradek.spark import fetcher
@@ -56,6 +56,41 @@ def test_both_readers_give_the_same_rows_for_every_codec(spark_broker: BrokerPro
         assert fetched == _rows(read_consumed, part)
     no_headers = _part(spark_broker, topic, 0, 0, 2500, headers=False)
     assert _rows(read_fetched, no_headers) == _rows(read_consumed, no_headers)
+
+
+def test_read_committed_both_readers_leave_out_aborted_transactions(spark_broker: BrokerProcess) -> None:
+    topic = _topic(spark_broker, partitions=1)
+    plain = Producer({"bootstrap.servers": spark_broker.bootstrap, "linger.ms": 0})
+    txn = Producer({"bootstrap.servers": spark_broker.bootstrap, "transactional.id": f"t-{topic}",
+                    "linger.ms": 0})
+    txn.init_transactions(30)
+    committed: list[bytes] = []
+    for round_ in range(6):
+        txn.begin_transaction()
+        for i in range(30):
+            value = b"r%d-%d" % (round_, i)
+            txn.produce(topic, partition=0, value=value)
+            if i % 10 == 0:  # plain records between the transaction's batches
+                plain.produce(topic, partition=0, value=b"plain-" + value)
+                assert plain.flush(10) == 0
+                committed.append(b"plain-" + value)
+            txn.flush(10)
+        if round_ % 2:
+            txn.abort_transaction(30)
+        else:
+            txn.commit_transaction(30)
+            committed += [b"r%d-%d" % (round_, i) for i in range(30)]
+    end = Consumer({"bootstrap.servers": spark_broker.bootstrap, "group.id": "x"}).get_watermark_offsets(
+        TopicPartition(topic, 0), timeout=10)[1]
+    uncommitted = _rows(read_fetched, _part(spark_broker, topic, 0, 0, end))
+    assert len(uncommitted) == 6 * 30 + 6 * 3  # read_uncommitted: aborted records too, markers never
+    for start in (0, 17, 95):
+        part = _part(spark_broker, topic, 0, start, end, **{"isolation.level": "read_committed"})
+        fetched = _rows(read_fetched, part)
+        assert fetched == [r for r in uncommitted if r["offset"] >= start and r["value"] in committed]
+        assert fetched == _rows(read_consumed, part)
+    whole = _rows(read_fetched, _part(spark_broker, topic, 0, 0, end, **{"isolation.level": "read_committed"}))
+    assert sorted(r["value"] for r in whole) == sorted(committed)
 
 
 def test_batches_larger_than_the_fetch_size_still_arrive(spark_broker: BrokerProcess) -> None:
@@ -118,7 +153,11 @@ def test_which_reader_and_settings() -> None:
     assert fetch_reader_applies({"security.protocol": "PLAINTEXT"})
     assert not fetch_reader_applies({"security.protocol": "SASL_SSL"})
     assert not fetch_reader_applies({"ssl.ca.location": "/ca.pem"})
-    assert not fetch_reader_applies({"isolation.level": "read_committed"})
+    assert fetch_reader_applies({"isolation.level": "read_committed"})
+    assert fetch_settings({}).isolation_level == 0
+    assert fetch_settings({"isolation.level": "READ_COMMITTED"}).isolation_level == 1
+    with pytest.raises(ValueError, match=r"kafka.isolation.level='serializable' must be read_uncommitted or"):
+        fetch_settings({"isolation.level": "serializable"})
     s = fetch_settings({"client.id": "me", "request.timeout.ms": "5000", "fetch.wait.max.ms": "10",
                         "max.partition.fetch.bytes": "65536"})
     assert (s.client_id, s.timeout_s, s.max_wait_ms, s.partition_max_bytes) == ("me", 5.0, 10, 65536)
