@@ -92,21 +92,21 @@ def test_damage_is_reported_not_raised(written: Path, tmp_path: Path) -> None:
     status, text = _dump(txn_index)
     assert status == 1 and "torn entry: the last 5 bytes" in text
 
-    snapshot = sorted(written.glob("*.snapshot"))[-1]
-    data = bytearray(snapshot.read_bytes())
-    data[-1] ^= 0xFF
-    snapshot.write_bytes(bytes(data))
-    status, text = _dump(snapshot)
+    status, text = _dump(_flip(sorted(written.glob("*.snapshot"))[-1], -1))
     assert status == 1 and "unreadable snapshot: the CRC does not match" in text
 
-    segment = sorted(written.glob("*.log"))[-1]
-    data = bytearray(segment.read_bytes())
-    data[-3] ^= 0xFF
-    segment.write_bytes(bytes(data))
-    status, text = _dump(segment)
+    status, text = _dump(_flip(sorted(written.glob("*.log"))[-1], -3))
     assert status == 1 and "invalid batch at position" in text and "the valid log ends at position" in text
 
     other = tmp_path / "notes.txt"
     other.write_text("x")
     status, _ = _dump(other)
     assert status == 1
+
+
+def _flip(path: Path, at: int) -> Path:
+    """Invert the bits of one byte of the file."""
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0xFF
+    path.write_bytes(bytes(data))
+    return path
