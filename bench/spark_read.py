@@ -25,7 +25,8 @@ What it does:
    ``durationMs.triggerExecution`` over ``--batches`` micro-batches after 3 warm-up batches.
 5. Unless ``--no-probe``: where a task's time goes, outside Spark -- one partition's range read with a
    bare confluent-kafka consume loop, with both of a task's readers (``odradek.spark.task``:
-   ``read_consumed`` and ``read_fetched``), and ``read_fetched`` under cProfile (top functions).
+   ``read_consumed`` and ``read_fetched``), ``read_fetched`` with both isolation levels over a
+   transactional topic (one transaction in four aborted), and ``read_fetched`` under cProfile.
 
 Each timed Spark query runs once untimed (warming the JVM's code paths, the Python workers and, for
 odradek, numba's compile cache), then ``--trials`` rounds run every query in turn, so that both
@@ -467,6 +468,8 @@ def probe(bootstrap: str, end: int, top: int) -> list[str]:
         took = time.perf_counter() - t0
         lines.append(f"{name + ':':<55} {n:,} rows in {took:.2f} s = {n / took:,.0f} rows/s")
 
+    lines += probe_read_committed(o.client, min(end, TXN_PROBE_RECORDS))
+
     prof = cProfile.Profile()
     prof.enable()
     n = sum(b.num_rows for b in read_fetched(part))
@@ -480,6 +483,62 @@ def probe(bootstrap: str, end: int, top: int) -> list[str]:
         where = f"{Path(fname).name}:{line}" if fname != "~" else "builtin"
         lines.append(f"  {v[2] / total:6.1%}  {v[2]:6.2f} s  {v[0]:>10,} calls  {func} ({where})")
     return lines
+
+
+TXN_PROBE_RECORDS = 500_000
+TXN_PROBE_SIZE = 5_000  # records per transaction; every 4th transaction is aborted
+
+
+def probe_read_committed(client: dict[str, str], records: int) -> list[str]:
+    """A 1-partition topic written in transactions of ``TXN_PROBE_SIZE`` 100-byte records, one in four
+    aborted, read by the fetch reader with both isolation levels (the aborted batches are left out per
+    batch under read_committed)."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from odradek.spark.offsets import OffsetRange
+    from odradek.spark.task import RangePartition, read_fetched
+
+    topic = f"{TOPIC}-txn"
+    admin = AdminClient({"bootstrap.servers": client["bootstrap.servers"]})  # alive until the result
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=30)
+    p = Producer({"bootstrap.servers": client["bootstrap.servers"], "transactional.id": "bench-spark-txn",
+                  "linger.ms": 5})
+    p.init_transactions(30)
+    value = os.urandom(100)
+    t0 = time.perf_counter()
+    for i in range(0, records, TXN_PROBE_SIZE):
+        p.begin_transaction()
+        for _ in range(min(TXN_PROBE_SIZE, records - i)):
+            p.produce(topic, value, partition=0)
+            p.poll(0)
+        if (i // TXN_PROBE_SIZE) % 4 == 3:
+            p.abort_transaction(60)
+        else:
+            p.commit_transaction(60)
+    load = time.perf_counter() - t0
+    end = _high_watermark(client["bootstrap.servers"], topic)
+    lines = [f"transactional topic: {records:,} records in transactions of {TXN_PROBE_SIZE:,}, every 4th aborted, "
+             f"loaded in {load:.2f} s; offsets [0, {end:,})"]
+    for isolation in ("read_uncommitted", "read_committed", "read_uncommitted", "read_committed"):
+        part = RangePartition({**client, "isolation.level": isolation}, OffsetRange(topic, 0, 0, end), False, True,
+                              30_000)
+        t0 = time.perf_counter()
+        n = sum(b.num_rows for b in read_fetched(part))
+        took = time.perf_counter() - t0
+        lines.append(f"{'task.read_fetched, ' + isolation + ':':<55} {n:,} rows in {took:.2f} s = "
+                     f"{n / took:,.0f} rows/s")
+    return lines
+
+
+def _high_watermark(bootstrap: str, topic: str) -> int:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-hw"})
+    try:
+        return int(c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1])
+    finally:
+        c.close()
 
 
 # -- report --------------------------------------------------------------------------------------
