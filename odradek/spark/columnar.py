@@ -305,7 +305,6 @@ class RecordSet:
         buf, regions = _regions(self.buf, data, self.topic, self.partition)
         return _columns(buf, regions, self.topic, self.partition, lo, hi, include_headers)
 
-
     def aborted_batches(self, aborted: Sequence[tuple[int, int]]) -> np.ndarray:
         """Which batches hold records of aborted transactions (Kafka's consumer rule: a producer's
         transactional batches are dropped from the first offset of its aborted transaction until its
