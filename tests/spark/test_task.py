@@ -80,8 +80,9 @@ def test_read_committed_both_readers_leave_out_aborted_transactions(spark_broker
         else:
             txn.commit_transaction(30)
             committed += [b"r%d-%d" % (round_, i) for i in range(30)]
-    end = Consumer({"bootstrap.servers": spark_broker.bootstrap, "group.id": "x"}).get_watermark_offsets(
-        TopicPartition(topic, 0), timeout=10)[1]
+    watermarks = Consumer({"bootstrap.servers": spark_broker.bootstrap, "group.id": "x"})
+    end = watermarks.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+    watermarks.close()
     uncommitted = _rows(read_fetched, _part(spark_broker, topic, 0, 0, end))
     assert len(uncommitted) == 6 * 30 + 6 * 3  # read_uncommitted: aborted records too, markers never
     for start in (0, 17, 95):
