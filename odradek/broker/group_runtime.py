@@ -49,7 +49,14 @@ from odradek.coordinator.group.coordinator import GroupCoordinator
 from odradek.coordinator.group.effects import Effects, Write
 from odradek.coordinator.group.log_entries import NO_PRODUCER_ID, DataRecord, LogEntry, TxnMarker
 from odradek.coordinator.group.model import Ticket
-from odradek.coordinator.group.records import CoordinatorRecordError, OffsetKey, decode_record, encode_key, encode_value
+from odradek.coordinator.group.records import (
+    OFFSETS_TOPIC,
+    CoordinatorRecordError,
+    OffsetKey,
+    decode_record,
+    encode_key,
+    encode_value,
+)
 from odradek.protocol.batch import NO_SEQUENCE
 from odradek.protocol.errors import CorruptRecordError, ErrorCode, KafkaError
 from odradek.protocol.records import ControlType, Header, RecordInput, build_batch, decode_records, parse_control_key
@@ -60,7 +67,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-OFFSETS_TOPIC = "__consumer_offsets"
 ORIGIN_HEADER = "odradek.origin.offset"  # on a rewritten offset record: the offset of its original
 _ORIGIN = struct.Struct(">q")
 _BATCH_RECORDS = 2000  # records per batch when one write spans many (rewrites, big commits)

@@ -22,7 +22,7 @@ from typing import Any
 from odradek.broker.context import RawResponse, RequestContext
 from odradek.coordinator.group.model import OffsetEntry
 from odradek.coordinator.group.offsets import CommitRequest
-from odradek.coordinator.group.records import partition_for
+from odradek.coordinator.group.records import OFFSETS_TOPIC, partition_for
 from odradek.coordinator.txn.replies import for_request_version
 from odradek.protocol import offset_commit_response
 from odradek.protocol.entities import millis
@@ -30,7 +30,6 @@ from odradek.protocol.errors import ErrorCode
 
 E = ErrorCode
 NO_OFFSET = -1
-OFFSETS_TOPIC = "__consumer_offsets"
 
 
 def _grouped(results: dict[tuple[str, int], ErrorCode]) -> list[dict[str, Any]]:

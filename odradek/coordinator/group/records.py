@@ -62,6 +62,7 @@ __all__ = [
     "partition_for",
 ]
 
+OFFSETS_TOPIC = "__consumer_offsets"  # the internal topic these records live in
 OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
 OFFSET_VALUE_VERSION = 3

@@ -28,6 +28,7 @@ transition CONCURRENT_TRANSACTIONS. Then:
 from __future__ import annotations
 
 from odradek.coordinator.group.model import Ticket
+from odradek.coordinator.group.records import OFFSETS_TOPIC
 from odradek.coordinator.txn.effects import Effects, Reply
 from odradek.coordinator.txn.model import TopicPartition, TxnMetadata, TxnState
 from odradek.coordinator.txn.transitions import Transitions, add_partitions, prepare_end
@@ -35,7 +36,6 @@ from odradek.protocol.errors import ErrorCode
 
 E = ErrorCode
 S = TxnState
-OFFSETS_TOPIC = "__consumer_offsets"
 
 
 class TransactionOps(Transitions):
