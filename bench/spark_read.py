@@ -517,7 +517,7 @@ def probe_read_committed(client: dict[str, str], records: int) -> list[str]:
         else:
             p.commit_transaction(60)
     load = time.perf_counter() - t0
-    end = _high_watermark(client["bootstrap.servers"], topic)
+    [end] = log_ends(client["bootstrap.servers"], topic, 1)
     lines = [f"transactional topic: {records:,} records in transactions of {TXN_PROBE_SIZE:,}, every 4th aborted, "
              f"loaded in {load:.2f} s; offsets [0, {end:,})"]
     for isolation in ("read_uncommitted", "read_committed", "read_uncommitted", "read_committed"):
@@ -529,16 +529,6 @@ def probe_read_committed(client: dict[str, str], records: int) -> list[str]:
         lines.append(f"{'task.read_fetched, ' + isolation + ':':<55} {n:,} rows in {took:.2f} s = "
                      f"{n / took:,.0f} rows/s")
     return lines
-
-
-def _high_watermark(bootstrap: str, topic: str) -> int:
-    from confluent_kafka import Consumer, TopicPartition
-
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-hw"})
-    try:
-        return int(c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1])
-    finally:
-        c.close()
 
 
 # -- report --------------------------------------------------------------------------------------
