@@ -1,11 +1,17 @@
-"""The broker's state: topics, their partition logs, and the notifications that wake long polls.
+"""The broker's composition root: topics, the replica manager over the partition logs, the cluster link,
+the coordinators, and the notifications that wake long polls.
 
 Handlers (``broker/handlers/``) call into this object; it owns no sockets (see ``server.py``).
 
-Invariants:
-- A partition log exists for every partition of every topic in the registry, and only for those.
-- With one replica the high watermark is the log end offset: it moves right after each append,
-  which is when acks=-1 is satisfied.
+Two modes:
+- single node (no ``zookeeper.connect``): topics live in ``odradek-metadata.json`` (``TopicRegistry``);
+  a partition log exists for every partition of every topic in the registry, and only for those; with one
+  replica the high watermark is the log end offset: it moves right after each append, which is when
+  acks=-1 is satisfied;
+- cluster (``zookeeper.connect``): topics, assignments and partition states live in ZooKeeper
+  (``cluster/member.py`` keeps the image, ``cluster/controller/`` decides); a log exists here for the
+  partitions this broker is a replica of; ``replica/`` does leading, following and acks=all. Topic
+  changes are written to ZooKeeper and take effect when its watches bring them back.
 - ``notify(topic, partition)`` wakes every fetch waiting on that partition; waiters re-read the log.
 - A topic's effective config is computed in one place, ``topic_log_config``: its overrides on top of
   ``log_defaults``, which are ``server.properties`` with the dynamic broker configs on top (cluster
@@ -16,8 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections import defaultdict
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from odradek.broker.config import BrokerConfig, default_log_config, merge_dynamic
 from odradek.broker.fetch_session import FetchSessionCache
@@ -33,10 +41,14 @@ from odradek.protocol.errors import (
     KafkaError,
     UnknownTopicError,
 )
+from odradek.replica.manager import ReplicaManager
 from odradek.storage.config import LogConfig
 from odradek.storage.log import AppendInfo, Log
 from odradek.storage.manager import LogManager
 from odradek.storage.producer_state import ProducerStateManager
+
+if TYPE_CHECKING:
+    from odradek.cluster.member import ClusterMember, ClusterView
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +70,11 @@ class Broker:
             producer_expiration_check_interval_ms=config.producer_id_expiration_check_interval_ms,
         )
         self.producer_ids = ProducerIdAllocator(config.log_dirs[0])
-        self.topics: TopicRegistry | None = None
+        self.replicated = config.zookeeper_connect is not None
+        self.replicas = ReplicaManager(self.node_id, self.log_manager, clock=clock, replicated=self.replicated,
+                                       notify=self.notify, replica_lag_time_max_ms=config.replica_lag_time_max_ms)
+        self.cluster: ClusterMember | None = None
+        self.topics: TopicRegistry | ClusterView | None = None
         # Topic defaults: server.properties plus the dynamic broker configs (set once the registry is read).
         self.log_defaults: LogConfig = config.log_config
         self._waiters: dict[tuple[str, int], set[asyncio.Future[None]]] = defaultdict(set)
@@ -72,6 +88,9 @@ class Broker:
 
     def start(self) -> None:
         self.log_manager.startup()  # locks the data directories before anything in them is read
+        if self.replicated:
+            self.started = True
+            return  # the rest comes from ZooKeeper: start_cluster()
         self.topics = TopicRegistry(
             self.config.log_dirs[0], cluster_id=self.config.cluster_id, node_id=self.node_id,
             log_dirs=self.config.log_dirs,
@@ -95,7 +114,67 @@ class Broker:
                 self.log_manager.delete_log(lg.topic, lg.partition)
         for lg in self.log_manager.logs():
             lg.update_high_watermark(lg.next_offset)
+            self.replicas.add_local(lg)
         self.started = True
+
+    async def start_cluster(self) -> None:
+        """Cluster mode: join through ZooKeeper, load the image, take up this broker's replicas, start the
+        controller candidate and the follower fetcher. Raises ``ZkError`` if ZooKeeper cannot be reached."""
+        from odradek.client.pool import ConnectionPool
+        from odradek.cluster.controller.controller import Controller
+        from odradek.cluster.member import ClusterMember
+        from odradek.replica.fetcher import FetcherConfig, ReplicaFetcher
+
+        cfg = self.config
+        member = ClusterMember(cfg, self.replicas, on_topic_gone=self._topic_gone,
+                               on_topic_configs=self._topic_configs_changed)
+        self.cluster = member
+        self.topics = member.view
+        self.replicas.isr_writer = member.update_isr
+        self.pool = ConnectionPool(client_id=f"odradek-broker-{self.node_id}", resolve=member.address_of)
+        self.fetcher = ReplicaFetcher(
+            self.replicas, self.pool,
+            config=FetcherConfig(cfg.replica_fetch_max_bytes, cfg.replica_fetch_response_max_bytes,
+                                 cfg.replica_fetch_wait_max_ms, cfg.replica_fetch_min_bytes,
+                                 cfg.replica_fetch_backoff_ms, cfg.replica_socket_timeout_ms),
+            broker_epoch=lambda: member.broker_epoch, topic_id=member.topic_id, topic_name=member.topic_name)
+        self.replicas.on_followers_changed = self.fetcher.replan
+        await member.start(cfg.cluster_id)
+        self._drop_foreign_logs()
+        self.controller = Controller(member)
+        self.controller.start()
+
+    def _drop_foreign_logs(self) -> None:
+        """Logs on disk of partitions this broker is no longer a replica of (deleted while it was down)."""
+        cluster = self.cluster
+        assert cluster is not None
+        for lg in list(self.log_manager.logs()):
+            assignment = cluster.assignments.get(lg.topic)
+            if assignment is None or self.node_id not in assignment.replicas.get(lg.partition, ()):
+                log.warning("deleting log %s: this broker is not one of its replicas", lg.name)
+                self.replicas.remove(lg.topic, lg.partition, delete=True)
+
+    def _topic_gone(self, name: str, partitions: int) -> None:
+        for p in range(partitions):
+            self.replicas.remove(name, p, delete=True)
+        self.groups.on_topic_deleted(name)
+        log.info("deleted topic %s", name)
+
+    def _topic_configs_changed(self, name: str) -> None:
+        new = self.log_config_for(name)
+        for lg in self.log_manager.logs():
+            if lg.topic == name:
+                lg.update_config(new)
+
+    async def stop_cluster(self) -> None:
+        if getattr(self, "controller", None) is not None:
+            await self.controller.stop()
+        if getattr(self, "fetcher", None) is not None:
+            await self.fetcher.stop()
+        if getattr(self, "pool", None) is not None:
+            await self.pool.close()
+        if self.cluster is not None:
+            await self.cluster.close()
 
     def stop(self) -> None:
         if self.started:
@@ -103,7 +182,7 @@ class Broker:
             self.started = False
 
     @property
-    def registry(self) -> TopicRegistry:
+    def registry(self) -> TopicRegistry | ClusterView:
         assert self.topics is not None, "broker not started"
         return self.topics
 
@@ -136,7 +215,7 @@ class Broker:
 
     def dynamic_broker_configs(self, entity: str) -> dict[str, str]:
         """The dynamic broker configs of ``entity`` (``""`` or this broker's node id)."""
-        if self.topics is None:
+        if self.topics is None or self.replicated:
             return {}
         return dict(self.topics.broker_configs.get(entity, {}))
 
@@ -163,6 +242,9 @@ class Broker:
         an invalid value, before anything changes.
         """
         assert entity in ("", self.broker_entity), entity
+        if self.replicated:
+            raise InvalidConfigError("dynamic broker configs are not supported in a ZooKeeper cluster yet: "
+                                     "set the key in server.properties and restart the brokers")
         defaults = self._log_defaults_with(self._dynamic_layers(entity, configs))
         per_topic = {name: self.topic_log_config(t.configs, defaults) for name, t in self.registry.topics.items()}
         if validate_only:
@@ -183,15 +265,61 @@ class Broker:
         rf = self.config.default_replication_factor if replication_factor in (None, -1) else replication_factor
         assert partitions is not None and rf is not None
         configs = dict(configs or {})
-        self.registry.check_new(name, partitions, rf)
+        if self.replicated:
+            return self._create_topic_in_zk(name, partitions, rf, configs, validate_only=validate_only)
+        registry = self.registry
+        assert isinstance(registry, TopicRegistry)
+        registry.check_new(name, partitions, rf)
         self.validate_topic_configs(configs)
         if validate_only:
             return None
-        topic = self.registry.add(name, partitions, configs)
+        topic = registry.add(name, partitions, configs)
         for p in range(partitions):
-            self.log_manager.get_or_create_log(name, p)
+            self.replicas.add_local(self.log_manager.get_or_create_log(name, p))
         log.info("created topic %s with %d partitions", name, partitions)
         return topic
+
+    def _create_topic_in_zk(self, name: str, partitions: int, rf: int, configs: dict[str, str], *,
+                            validate_only: bool, internal: bool = False) -> Topic | None:
+        """Write the topic's assignment to ZooKeeper (as Kafka's AdminZkClient); the controller elects its
+        leaders and every broker learns of it through its watches. Blocks for one ZooKeeper round trip."""
+        from odradek.cluster.controller.assignment import assign_replicas
+        from odradek.cluster.model import TopicAssignment
+
+        cluster = self.cluster
+        assert cluster is not None and cluster.zk is not None
+        cluster.check_new_topic(name, partitions, rf)
+        self.validate_topic_configs(configs)
+        replicas = assign_replicas(cluster.live_broker_racks(), partitions, rf)
+        if validate_only:
+            return None
+        topic_id = uuid.uuid4()
+        cluster.zk.create_topic(TopicAssignment(name, topic_id, dict(replicas)), configs)
+        log.info("created topic %s with %d partitions, replication factor %d: %s", name, partitions, rf,
+                 {p: list(r) for p, r in sorted(replicas.items())})
+        return Topic(name, topic_id, partitions, configs, internal)
+
+    async def wait_for_topic(self, name: str, *, partitions: int | None = None, exists: bool = True,
+                             timeout_ms: int = 30_000) -> bool:
+        """Cluster mode: wait (bounded) until this broker sees the topic with a leader for each partition
+        (``exists``) or no longer sees it; True if it happened in time. Single node: at once."""
+        if not self.replicated:
+            return True
+        cluster = self.cluster
+        assert cluster is not None
+        deadline = asyncio.get_running_loop().time() + max(timeout_ms, 0) / 1000
+        while True:
+            topic = self.registry.get(name)
+            if exists and topic is not None:
+                count = partitions if partitions is not None else topic.partitions
+                if topic.partitions >= count and all(
+                        (s := cluster.states.get((name, p))) is not None and s.online for p in range(count)):
+                    return True
+            if not exists and topic is None:
+                return True
+            if asyncio.get_running_loop().time() >= deadline:
+                return False
+            await asyncio.sleep(0.02)
 
     def delete_topic(self, name: str) -> Topic:
         topic = self.registry.get(name)
@@ -199,11 +327,16 @@ class Broker:
             raise UnknownTopicError(f"topic '{name}' does not exist")
         if topic.internal:
             raise InvalidTopicError(f"topic '{name}' is internal to the broker and cannot be deleted")
-        self.registry.remove(name)
+        if self.replicated:
+            assert self.cluster is not None and self.cluster.zk is not None
+            self.cluster.zk.mark_topic_for_deletion(name)  # the controller deletes it
+            log.info("marked topic %s for deletion", name)
+            return topic
+        registry = self.registry
+        assert isinstance(registry, TopicRegistry)
+        registry.remove(name)
         for p in range(topic.partitions):
-            if self.log_manager.get_log(name, p) is not None:
-                self.log_manager.delete_log(name, p)
-            self.notify(name, p)
+            self.replicas.remove(name, p, delete=True)
         self.groups.on_topic_deleted(name)
         log.info("deleted topic %s", name)
         return topic
@@ -220,9 +353,26 @@ class Broker:
             )
         if validate_only:
             return
+        if self.replicated:
+            self._add_partitions_in_zk(name, count)
+            return
+        registry = self.registry
+        assert isinstance(registry, TopicRegistry)
         for p in range(topic.partitions, count):
-            self.log_manager.get_or_create_log(name, p)
-        self.registry.set_partitions(name, count)
+            self.replicas.add_local(self.log_manager.get_or_create_log(name, p))
+        registry.set_partitions(name, count)
+        log.info("topic %s now has %d partitions", name, count)
+
+    def _add_partitions_in_zk(self, name: str, count: int) -> None:
+        from dataclasses import replace
+
+        from odradek.cluster.controller.assignment import add_partitions_assignment
+
+        cluster = self.cluster
+        assert cluster is not None and cluster.zk is not None
+        current = cluster.assignments[name]
+        added = add_partitions_assignment(current.replicas, count, cluster.live_broker_racks())
+        cluster.zk.set_topic_assignment(replace(current, replicas={**current.replicas, **added}))
         log.info("topic %s now has %d partitions", name, count)
 
     def alter_topic_configs(self, name: str, configs: dict[str, str], *, validate_only: bool = False) -> None:
@@ -232,7 +382,14 @@ class Broker:
         new = self.validate_topic_configs(configs)
         if validate_only:
             return
-        self.registry.set_configs(name, configs)
+        if self.replicated:
+            assert self.cluster is not None and self.cluster.zk is not None
+            self.cluster.zk.set_config("topics", name, configs)  # every broker applies it from its watch
+            log.info("altered configs of topic %s: %s", name, configs)
+            return
+        registry = self.registry
+        assert isinstance(registry, TopicRegistry)
+        registry.set_configs(name, configs)
         for p in range(topic.partitions):
             lg = self.log_manager.get_log(name, p)
             if lg is not None:
@@ -248,23 +405,17 @@ class Broker:
     # -- produce ---------------------------------------------------------------------------------
 
     def append(self, topic: str, partition: int, records: bytes | bytearray) -> AppendInfo:
-        lg = self.get_log(topic, partition)
-        info = lg.append(records)
-        lg.update_high_watermark(lg.next_offset)
-        self.notify(topic, partition)
-        return info
+        """Append as the partition's leader (the coordinators' own writes; acks=1)."""
+        return self.replicas.append(topic, partition, records)[1]
 
     def append_txn_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int, commit: bool,
                           coordinator_epoch: int) -> None:
         """End a producer's transaction in one partition: append its COMMIT or ABORT marker (fenced by
         epoch and coordinator epoch in the log), settle its pending offsets if the partition is one of
         ``__consumer_offsets``, and wake the fetches the moved last stable offset may release."""
-        lg = self.get_log(topic, partition)
-        lg.append_marker(producer_id, producer_epoch, commit, coordinator_epoch)
-        lg.update_high_watermark(lg.next_offset)
+        self.replicas.append_marker(topic, partition, producer_id, producer_epoch, commit, coordinator_epoch)
         if topic == OFFSETS_TOPIC:
             self.groups.complete_txn(partition, producer_id, commit)
-        self.notify(topic, partition)
 
     # -- long polls ------------------------------------------------------------------------------
 

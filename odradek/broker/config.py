@@ -5,21 +5,33 @@ Invariants:
   a ``ConfigError`` naming the key, the value and what is accepted, raised before the broker starts.
 - Keys that only matter to Kafka's own process layout (KRaft controller settings, thread counts)
   are accepted and ignored, so a stock Kafka ``server.properties`` works unchanged.
+- ``zookeeper.connect`` unset (the default) is single-node mode: the broker keeps its metadata in its
+  own files, exactly as before the cluster keys existed, and the replication keys (replication factors,
+  ``replica.*``, ``controlled.shutdown.*``) have no effect. Set, it is ZooKeeper mode (Kafka's).
+- Listeners: every client listener has its own name; its security protocol comes from
+  ``listener.security.protocol.map`` and must be PLAINTEXT. ``advertised_listeners`` holds the
+  advertised address of every listener, in ``listeners`` order (a listener not named in
+  ``advertised.listeners`` advertises itself; an unset, ``0.0.0.0`` or ``::`` host advertises
+  127.0.0.1); ``advertised_host``/``advertised_port`` are the first one's, kept in step with it.
+- Cross-key rules are Kafka's: ``replica.fetch.wait.max.ms`` <= ``replica.lag.time.max.ms`` and
+  <= ``replica.socket.timeout.ms``.
 - Topic-level defaults (``log.segment.bytes`` ...) are turned into a ``LogConfig`` by
   ``default_log_config``; per-topic overrides use the topic keys (``segment.bytes`` ...).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from odradek.cluster.model import Endpoint
 from odradek.coordinator.group.config import GroupConfig
 from odradek.coordinator.txn.config import TxnConfig
 from odradek.protocol.errors import ErrorCode, InvalidConfigError, KafkaError
-from odradek.storage.config import HOURS, MINUTES, TOPIC_TO_BROKER_KEY, LogConfig
+from odradek.storage.config import HOURS, MINUTES, TOPIC_TO_BROKER_KEY, LogConfig, MiB
 
 
 class ConfigError(InvalidConfigError):
@@ -52,6 +64,10 @@ def _k(name: str, parse: Callable[[str], Any], default: Any, doc: str, ignored: 
     return Key(name, parse, default, doc, ignored)
 
 
+# Kafka's default: every security protocol is also a listener name of itself.
+DEFAULT_SECURITY_PROTOCOL_MAP = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
+SECURITY_PROTOCOLS = frozenset({"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"})
+
 _LOG = LogConfig()
 _GROUP = GroupConfig()
 _TXN = TxnConfig()
@@ -60,12 +76,45 @@ KEYS: dict[str, Key] = {
     for k in [
         _k("node.id", int, 1, "id of this broker"),
         _k("broker.id", int, None, "alias of node.id"),
+        _k("broker.rack", str, None, "rack of this broker (replicas of a partition are spread over racks)"),
         _k("listeners", str, "PLAINTEXT://127.0.0.1:9092", "addresses to listen on"),
         _k("advertised.listeners", str, None, "addresses given to clients (default: listeners)"),
+        _k("inter.broker.listener.name", str, None,
+           "listener other brokers replicate through (default: the first of listeners)"),
+        _k("listener.security.protocol.map", str, DEFAULT_SECURITY_PROTOCOL_MAP,
+           "security protocol of each listener name, NAME:PROTOCOL,... (PLAINTEXT only for now)"),
+        _k("zookeeper.connect", str, None,
+           "ZooKeeper ensemble HOST:PORT[,HOST:PORT...][/CHROOT]; unset: single-node mode"),
+        _k("zookeeper.session.timeout.ms", int, 18_000, "ZooKeeper session timeout"),
+        _k("zookeeper.connection.timeout.ms", int, None,
+           "how long to wait for a ZooKeeper connection (default: zookeeper.session.timeout.ms)"),
+        _k("zookeeper.max.in.flight.requests", int, 10, "ZooKeeper requests in flight", True),
         _k("log.dirs", str, None, "comma-separated data directories"),
         _k("log.dir", str, "data", "data directory when log.dirs is not set"),
         _k("num.partitions", int, 1, "partitions of auto-created topics"),
         _k("default.replication.factor", int, 1, "replication factor of auto-created topics"),
+        _k("min.insync.replicas", int, 1, "min.insync.replicas default: replicas an acks=all write needs"),
+        _k("unclean.leader.election.enable", _bool, False,
+           "unclean.leader.election.enable default: may a replica outside the ISR become leader (data loss)"),
+        _k("offsets.topic.replication.factor", int, 3, "replication factor of __consumer_offsets"),
+        _k("transaction.state.log.replication.factor", int, 3, "replication factor of __transaction_state"),
+        _k("transaction.state.log.min.isr", int, 2, "min.insync.replicas of __transaction_state"),
+        _k("replica.lag.time.max.ms", int, 30_000,
+           "a follower that has not caught up with the leader for this long leaves the ISR"),
+        _k("replica.fetch.max.bytes", int, 1 * MiB, "bytes a follower asks for per partition"),
+        _k("replica.fetch.response.max.bytes", int, 10 * MiB, "bytes a follower asks for per fetch response"),
+        _k("replica.fetch.wait.max.ms", int, 500, "longest a follower's fetch waits on the leader for data"),
+        _k("replica.fetch.min.bytes", int, 1, "bytes a follower's fetch waits for"),
+        _k("replica.fetch.backoff.ms", int, 1_000, "pause after a follower's fetch failed"),
+        _k("num.replica.fetchers", int, 1, "fetcher connections per source broker"),
+        _k("replica.high.watermark.checkpoint.interval.ms", int, 5_000,
+           "how often high watermarks are written to disk"),
+        _k("replica.socket.timeout.ms", int, 30_000, "timeout of a follower's fetch request"),
+        _k("controlled.shutdown.enable", _bool, True, "move leaderships away before stopping"),
+        _k("controlled.shutdown.max.retries", int, 3, "attempts of a controlled shutdown"),
+        _k("controlled.shutdown.retry.backoff.ms", int, 5_000, "pause between controlled shutdown attempts"),
+        _k("controller.socket.timeout.ms", int, 30_000, "timeout of the controller's requests to brokers"),
+        _k("auto.leader.rebalance.enable", _bool, True, "move leadership back to preferred replicas", True),
         _k("auto.create.topics.enable", _bool, True, "create unknown topics on metadata/produce"),
         _k("delete.topic.enable", _bool, True, "allow DeleteTopics"),
         _k("socket.request.max.bytes", int, 100 * 1024 * 1024, "largest request accepted"),
@@ -97,16 +146,11 @@ KEYS: dict[str, Key] = {
         _k("controller.quorum.voters", str, None, "KRaft", True),
         _k("controller.quorum.bootstrap.servers", str, None, "KRaft", True),
         _k("controller.listener.names", str, None, "KRaft", True),
-        _k("inter.broker.listener.name", str, None, "replication listener", True),
-        _k("listener.security.protocol.map", str, None, "listener protocols", True),
         _k("num.network.threads", int, 3, "threads (asyncio here)", True),
         _k("num.io.threads", int, 8, "threads (asyncio here)", True),
         _k("num.recovery.threads.per.data.dir", int, 1, "recovery threads", True),
         _k("socket.send.buffer.bytes", int, 102400, "socket buffer", True),
         _k("socket.receive.buffer.bytes", int, 102400, "socket buffer", True),
-        _k("offsets.topic.replication.factor", int, 1, "consumer offsets topic", True),
-        _k("transaction.state.log.replication.factor", int, 1, "transactions", True),
-        _k("transaction.state.log.min.isr", int, 1, "transactions", True),
         _k("share.coordinator.state.topic.replication.factor", int, 1, "share groups", True),
         _k("share.coordinator.state.topic.min.isr", int, 1, "share groups", True),
         _k("group.initial.rebalance.delay.ms", int, _GROUP.initial_rebalance_delay_ms,
@@ -143,7 +187,6 @@ KEYS: dict[str, Key] = {
         _k("offsets.load.buffer.size", int, 5 * 1024 * 1024, "consumer offsets loading", True),
         _k("offsets.commit.timeout.ms", int, 5000, "consumer offsets commits (one replica)", True),
         _k("group.coordinator.rebalance.protocols", str, "classic", "group protocols (classic only)", True),
-        _k("min.insync.replicas", int, 1, "replication", True),
     ]
 }
 
@@ -153,6 +196,7 @@ class Listener:
     name: str
     host: str
     port: int
+    security_protocol: str = "PLAINTEXT"
 
 
 def parse_listeners(value: str, key: str) -> list[Listener]:
@@ -166,6 +210,65 @@ def parse_listeners(value: str, key: str) -> list[Listener]:
     if not out:
         raise ConfigError(f"{key} is empty")
     return out
+
+
+def parse_security_protocol_map(value: str) -> dict[str, str]:
+    """``listener.security.protocol.map`` as {LISTENER NAME: SECURITY PROTOCOL} (names upper-cased)."""
+    out: dict[str, str] = {}
+    for item in filter(None, (v.strip() for v in value.split(","))):
+        name, sep, protocol = (part.strip().upper() for part in item.partition(":"))
+        if not sep or not name or protocol not in SECURITY_PROTOCOLS:
+            raise ConfigError(
+                f"listener.security.protocol.map: {item!r} is not NAME:PROTOCOL with PROTOCOL one of "
+                f"{', '.join(sorted(SECURITY_PROTOCOLS))} (e.g. INTERNAL:PLAINTEXT)"
+            )
+        if name in out:
+            raise ConfigError(f"listener.security.protocol.map: {name} is mapped twice")
+        out[name] = protocol
+    return out
+
+
+_ZK_HOST = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):([0-9]{1,5})$")
+
+
+def parse_zookeeper_connect(value: str) -> tuple[list[tuple[str, int]], str | None]:
+    """``zookeeper.connect`` as ([(host, port), ...], chroot or None); ``ConfigError`` if malformed.
+
+    The format is ZooKeeper's: ``HOST:PORT[,HOST:PORT...][/CHROOT]`` (an IPv6 host in brackets).
+    A chroot of ``/`` alone is no chroot, as ZooKeeper's client reads it.
+    """
+
+    def bad(reason: str) -> ConfigError:
+        return ConfigError(
+            f"zookeeper.connect={value!r} is invalid: {reason}; use HOST:PORT[,HOST:PORT...][/CHROOT], "
+            "e.g. 127.0.0.1:2181/odradek"
+        )
+
+    text = value.strip()
+    slash = text.find("/")
+    hosts_part, chroot = (text, None) if slash < 0 else (text[:slash], text[slash:])
+    hosts: list[tuple[str, int]] = []
+    for item in (h.strip() for h in hosts_part.split(",")):
+        match = _ZK_HOST.match(item)
+        if match is None:
+            raise bad(f"{item!r} is not HOST:PORT" if item else "a server is missing (empty entry)")
+        port = int(match.group(1))
+        if not 0 < port < 65536:
+            raise bad(f"port {port} of {item!r} is not between 1 and 65535")
+        hosts.append((item[: match.start(1) - 1].strip("[]"), port))
+    if chroot == "/":
+        chroot = None
+    if chroot is not None:
+        segments = chroot[1:].split("/")
+        if any(s in ("", ".", "..") for s in segments):
+            raise bad(f"chroot {chroot!r} has an empty, '.' or '..' path element (and must not end with '/')")
+        if any(ch.isspace() or not ch.isprintable() for ch in chroot):
+            raise bad(f"chroot {chroot!r} has a space or control character")
+    return hosts, chroot
+
+
+def _advertised_host(host: str) -> str:
+    return "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
 
 
 class BrokerConfig:
@@ -182,21 +285,67 @@ class BrokerConfig:
         ]
         if not listeners:
             raise ConfigError("listeners: no client listener (all are controller listeners)")
-        unsupported = [lst.name for lst in listeners if lst.name != "PLAINTEXT"]
+        names = [lst.name for lst in listeners]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ConfigError(
+                f"listeners: each listener needs its own name, {', '.join(twice)} is used more than once "
+                "(name them, e.g. INTERNAL://...,EXTERNAL://... with "
+                "listener.security.protocol.map=INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT)"
+            )
+        protocols = parse_security_protocol_map(values["listener.security.protocol.map"])
+        unmapped = [n for n in names if n not in protocols]
+        if unmapped:
+            raise ConfigError(
+                f"listeners: no security protocol for {', '.join(unmapped)}: add "
+                f"{','.join(f'{n}:PLAINTEXT' for n in unmapped)} to listener.security.protocol.map"
+            )
+        unsupported = [f"{n} ({protocols[n]})" for n in names if protocols[n] != "PLAINTEXT"]
         if unsupported:
             raise ConfigError(
                 f"listeners: only PLAINTEXT is supported, got {', '.join(unsupported)}: "
                 "use PLAINTEXT://HOST:PORT"
             )
-        self.listener = listeners[0]
+        self.listeners: list[Listener] = listeners
+        self.listener: Listener = listeners[0]
         adv = values["advertised.listeners"]
-        advertised = parse_listeners(adv, "advertised.listeners") if adv else [self.listener]
-        advertised = [a for a in advertised if a.name == self.listener.name] or [self.listener]
-        host = advertised[0].host or "127.0.0.1"
-        if host in ("0.0.0.0", "::"):
-            host = "127.0.0.1"
-        self.advertised_host: str = host
-        self.advertised_port: int = advertised[0].port
+        named = {lst.name: lst for lst in listeners}
+        given: dict[str, Listener] = {}
+        for a in parse_listeners(adv, "advertised.listeners") if adv else []:
+            if a.name in controller_names:
+                continue  # KRaft's controller listener: not served here
+            if a.name not in named:
+                raise ConfigError(
+                    f"advertised.listeners: {a.name} is not one of the listeners ({', '.join(named)}): "
+                    "advertise only listeners the broker has"
+                )
+            if a.name in given:
+                raise ConfigError(f"advertised.listeners: {a.name} is advertised twice")
+            given[a.name] = a
+        self.advertised_listeners: list[Listener] = [
+            Listener(lst.name, _advertised_host(given.get(lst.name, lst).host), given.get(lst.name, lst).port,
+                     lst.security_protocol)
+            for lst in listeners
+        ]
+        inter = values["inter.broker.listener.name"]
+        self.inter_broker_listener_name: str = inter.strip().upper() if inter else self.listener.name
+        if self.inter_broker_listener_name not in named:
+            raise ConfigError(
+                f"inter.broker.listener.name={inter!r} does not name a listener: use one of "
+                f"{', '.join(named)} (the names in listeners)"
+            )
+        connect = values["zookeeper.connect"]
+        self.zookeeper_connect: str | None = connect.strip() if connect and connect.strip() else None
+        if self.zookeeper_connect is not None:
+            parse_zookeeper_connect(self.zookeeper_connect)
+        self.zk_session_timeout_ms: int = values["zookeeper.session.timeout.ms"]
+        connection_timeout = values["zookeeper.connection.timeout.ms"]
+        self.zk_connection_timeout_ms: int = (
+            connection_timeout if connection_timeout is not None else self.zk_session_timeout_ms
+        )
+        self.zk_max_in_flight_requests: int = values["zookeeper.max.in.flight.requests"]
+        rack = values["broker.rack"]
+        self.rack: str | None = rack if rack else None
         dirs = values["log.dirs"] or values["log.dir"]
         self.log_dirs: list[Path] = [Path(d.strip()) for d in dirs.split(",") if d.strip()]
         self.num_partitions: int = values["num.partitions"]
@@ -212,6 +361,27 @@ class BrokerConfig:
         self.checkpoint_interval_ms: int = values["log.flush.offset.checkpoint.interval.ms"]
         self.producer_id_expiration_ms: int = values["producer.id.expiration.ms"]
         self.producer_id_expiration_check_interval_ms: int = values["producer.id.expiration.check.interval.ms"]
+        # Replication (no effect in single-node mode). min.insync.replicas and unclean.leader.election.enable
+        # here are the static broker defaults: a topic's effective value is its LogConfig's.
+        self.min_insync_replicas: int = values["min.insync.replicas"]
+        self.unclean_leader_election_enable: bool = values["unclean.leader.election.enable"]
+        self.offsets_topic_replication_factor: int = values["offsets.topic.replication.factor"]
+        self.transaction_state_log_replication_factor: int = values["transaction.state.log.replication.factor"]
+        self.transaction_state_log_min_isr: int = values["transaction.state.log.min.isr"]
+        self.replica_lag_time_max_ms: int = values["replica.lag.time.max.ms"]
+        self.replica_fetch_max_bytes: int = values["replica.fetch.max.bytes"]
+        self.replica_fetch_response_max_bytes: int = values["replica.fetch.response.max.bytes"]
+        self.replica_fetch_wait_max_ms: int = values["replica.fetch.wait.max.ms"]
+        self.replica_fetch_min_bytes: int = values["replica.fetch.min.bytes"]
+        self.replica_fetch_backoff_ms: int = values["replica.fetch.backoff.ms"]
+        self.num_replica_fetchers: int = values["num.replica.fetchers"]
+        self.high_watermark_checkpoint_interval_ms: int = values["replica.high.watermark.checkpoint.interval.ms"]
+        self.replica_socket_timeout_ms: int = values["replica.socket.timeout.ms"]
+        self.controlled_shutdown_enable: bool = values["controlled.shutdown.enable"]
+        self.controlled_shutdown_max_retries: int = values["controlled.shutdown.max.retries"]
+        self.controlled_shutdown_retry_backoff_ms: int = values["controlled.shutdown.retry.backoff.ms"]
+        self.controller_socket_timeout_ms: int = values["controller.socket.timeout.ms"]
+        self.auto_leader_rebalance_enable: bool = values["auto.leader.rebalance.enable"]
         for key, minimum in (("num.partitions", 1), ("default.replication.factor", 1),
                              ("socket.request.max.bytes", 1), ("log.flush.scheduler.interval.ms", 1),
                              ("group.initial.rebalance.delay.ms", 0), ("group.min.session.timeout.ms", 1),
@@ -223,9 +393,31 @@ class BrokerConfig:
                              ("transaction.state.log.segment.bytes", 1024), ("transaction.max.timeout.ms", 1),
                              ("transactional.id.expiration.ms", 1),
                              ("transaction.abort.timed.out.transaction.cleanup.interval.ms", 1),
-                             ("transaction.remove.expired.transaction.cleanup.interval.ms", 1)):
-            if values[key] < minimum:
+                             ("transaction.remove.expired.transaction.cleanup.interval.ms", 1),
+                             ("zookeeper.session.timeout.ms", 1), ("zookeeper.connection.timeout.ms", 1),
+                             ("zookeeper.max.in.flight.requests", 1), ("min.insync.replicas", 1),
+                             ("offsets.topic.replication.factor", 1), ("transaction.state.log.replication.factor", 1),
+                             ("transaction.state.log.min.isr", 1), ("replica.lag.time.max.ms", 1),
+                             ("replica.fetch.max.bytes", 0), ("replica.fetch.response.max.bytes", 0),
+                             ("replica.fetch.wait.max.ms", 0), ("replica.fetch.min.bytes", 1),
+                             ("replica.fetch.backoff.ms", 0), ("num.replica.fetchers", 1),
+                             ("replica.high.watermark.checkpoint.interval.ms", 1), ("replica.socket.timeout.ms", 1),
+                             ("controlled.shutdown.max.retries", 0), ("controlled.shutdown.retry.backoff.ms", 0),
+                             ("controller.socket.timeout.ms", 1)):
+            if values[key] is not None and values[key] < minimum:
                 raise ConfigError(f"{key}={values[key]} is invalid: it must be >= {minimum}")
+        if self.replica_fetch_wait_max_ms > self.replica_lag_time_max_ms:
+            raise ConfigError(
+                f"replica.fetch.wait.max.ms={self.replica_fetch_wait_max_ms} is larger than "
+                f"replica.lag.time.max.ms={self.replica_lag_time_max_ms}: a follower waiting that long on an "
+                "idle leader would keep falling out of the ISR; lower the first or raise the second"
+            )
+        if self.replica_fetch_wait_max_ms > self.replica_socket_timeout_ms:
+            raise ConfigError(
+                f"replica.fetch.wait.max.ms={self.replica_fetch_wait_max_ms} is larger than "
+                f"replica.socket.timeout.ms={self.replica_socket_timeout_ms}: followers' fetches would time out "
+                "while the leader waits for data; lower the first or raise the second"
+            )
         if values["group.max.session.timeout.ms"] < values["group.min.session.timeout.ms"]:
             raise ConfigError(
                 f"group.max.session.timeout.ms={values['group.max.session.timeout.ms']} is smaller than "
@@ -252,6 +444,40 @@ class BrokerConfig:
         self.txn_state_segment_bytes: int = values["transaction.state.log.segment.bytes"]
         self.txn_partition_verification: bool = values["transaction.partition.verification.enable"]
         self.log_config: LogConfig = default_log_config(values)
+
+    @property
+    def zk_mode(self) -> bool:
+        """True when ``zookeeper.connect`` is set (a cluster member), False in single-node mode."""
+        return self.zookeeper_connect is not None
+
+    @property
+    def advertised_host(self) -> str:
+        """The host the first listener advertises (``advertised_listeners[0]``)."""
+        return self.advertised_listeners[0].host
+
+    @advertised_host.setter
+    def advertised_host(self, host: str) -> None:
+        first = self.advertised_listeners[0]
+        self.advertised_listeners[0] = Listener(first.name, host, first.port, first.security_protocol)
+
+    @property
+    def advertised_port(self) -> int:
+        """The port the first listener advertises; the server sets it once it has bound port 0."""
+        return self.advertised_listeners[0].port
+
+    @advertised_port.setter
+    def advertised_port(self, port: int) -> None:
+        first = self.advertised_listeners[0]
+        self.advertised_listeners[0] = Listener(first.name, first.host, port, first.security_protocol)
+
+    @property
+    def inter_broker_listener(self) -> Listener:
+        """The advertised address of the listener other brokers replicate through."""
+        return next(a for a in self.advertised_listeners if a.name == self.inter_broker_listener_name)
+
+    def endpoints(self) -> tuple[Endpoint, ...]:
+        """The advertised listeners as a broker registers them in ZooKeeper (``BrokerRegistration``)."""
+        return tuple(Endpoint(a.name, a.host, a.port, a.security_protocol) for a in self.advertised_listeners)
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> BrokerConfig:

@@ -65,7 +65,7 @@ class CoordinatorRuntime:
                        "max.message.bytes": str(max(self.segment_bytes, 1 << 20))}
             b.registry.add(self.topic, num_partitions, configs, internal=True)
             for p in range(num_partitions):
-                b.log_manager.get_or_create_log(self.topic, p)
+                b.replicas.add_local(b.log_manager.get_or_create_log(self.topic, p))
             log.info("created internal topic %s with %d partitions", self.topic, num_partitions)
         topic = b.registry.get(self.topic)
         assert topic is not None

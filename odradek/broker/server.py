@@ -42,14 +42,20 @@ class Server:
         self._connections: dict[asyncio.Task[None], bool] = {}  # task -> busy with a request
         self._closing = False
         self._ticker: asyncio.Task[None] | None = None
+        self._isr_ticker: asyncio.Task[None] | None = None
         self._group_ticker: asyncio.Task[None] | None = None
         self._group_loader: asyncio.Task[None] | None = None
         self.port: int | None = None
 
     async def start(self) -> None:
         self.broker.start()
-        to_load = self.broker.groups.start()  # their groups answer COORDINATOR_LOAD_IN_PROGRESS until loaded
-        txns_to_load = self.broker.txns.start()  # likewise their transactional ids
+        if self.broker.replicated:
+            await self.broker.start_cluster()
+        if self.broker.replicated:
+            to_load, txns_to_load = [], []  # coordinators follow the leadership of their partitions
+        else:
+            to_load = self.broker.groups.start()  # their groups answer COORDINATOR_LOAD_IN_PROGRESS until loaded
+            txns_to_load = self.broker.txns.start()  # likewise their transactional ids
         lst = self.config.listener
         self._server = await asyncio.start_server(
             self._on_connection, host=lst.host or None, port=lst.port, reuse_address=True, backlog=1024,
@@ -59,6 +65,8 @@ class Server:
         if self.config.advertised_port == 0:
             self.config.advertised_port = self.port
         self._ticker = asyncio.create_task(self._tick_forever())
+        if self.broker.replicated:
+            self._isr_ticker = asyncio.create_task(self._check_isr_forever())
         self._group_loader = asyncio.create_task(self._load_coordinators(to_load, txns_to_load))
         self._group_ticker = asyncio.create_task(self._tick_groups_forever())
         log.info("broker %d listening on %s:%d (advertised %s:%d), data in %s", self.broker.node_id,
@@ -73,7 +81,7 @@ class Server:
         log.info("shutting down: no new connections, finishing in-flight requests")
         if self._server is not None:
             self._server.close()
-        for task in (self._ticker, self._group_ticker, self._group_loader):
+        for task in (self._ticker, self._group_ticker, self._group_loader, self._isr_ticker):
             if task is not None:
                 task.cancel()
         self.broker.groups.shutdown()
@@ -86,8 +94,20 @@ class Server:
             await asyncio.wait(list(self._connections), timeout=30)
         if self._server is not None:
             await self._server.wait_closed()
+        if self.broker.replicated:
+            await self.broker.stop_cluster()
         self.broker.stop()
         log.info("shutdown complete: logs flushed and marked clean")
+
+    async def _check_isr_forever(self) -> None:
+        """Shrink ISRs of followers that fell behind (Kafka checks every replica.lag.time.max.ms / 2)."""
+        interval = max(self.config.replica_lag_time_max_ms / 2, 50) / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.broker.replicas.check_isr()
+            except Exception:
+                log.exception("ISR check failed")
 
     async def _tick_forever(self) -> None:
         interval = self.config.flush_scheduler_interval_ms / 1000

@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from odradek.cli import configs, consume, dump_log, groups, produce, serve, topics, transactions
+from odradek.cli import cluster, configs, consume, dump_log, groups, produce, serve, topics, transactions
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     configs.add_parser(sub)
     groups.add_parser(sub)
     transactions.add_parser(sub)
+    cluster.add_parser(sub)
     return parser
 
 

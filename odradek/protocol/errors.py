@@ -73,9 +73,11 @@ class ErrorCode(IntEnum):
     SASL_AUTHENTICATION_FAILED = 58
     UNKNOWN_PRODUCER_ID = 59
     REASSIGNMENT_IN_PROGRESS = 60
+    BROKER_NOT_AVAILABLE = 8
     FENCED_LEADER_EPOCH = 74
     UNKNOWN_LEADER_EPOCH = 75
     UNSUPPORTED_COMPRESSION_TYPE = 76
+    STALE_BROKER_EPOCH = 77
     OFFSET_NOT_AVAILABLE = 78
     MEMBER_ID_REQUIRED = 79
     NON_EMPTY_GROUP = 68
@@ -189,3 +191,51 @@ class InvalidPartitionsError(KafkaError):
 
 class InvalidReplicationFactorError(KafkaError):
     code = ErrorCode.INVALID_REPLICATION_FACTOR
+
+
+class NotLeaderOrFollowerError(KafkaError):
+    """This broker does not lead the partition (or, for a replica fetch, is not its leader): refresh metadata."""
+
+    code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+class LeaderNotAvailableError(KafkaError):
+    """The partition has no leader right now (offline, or an election is in progress)."""
+
+    code = ErrorCode.LEADER_NOT_AVAILABLE
+
+
+class NotEnoughReplicasError(KafkaError):
+    """acks=all refused before appending: the ISR is smaller than min.insync.replicas."""
+
+    code = ErrorCode.NOT_ENOUGH_REPLICAS
+
+
+class NotEnoughReplicasAfterAppendError(KafkaError):
+    """acks=all: appended, but the ISR shrank below min.insync.replicas before the write was replicated."""
+
+    code = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+
+
+class RequestTimedOutError(KafkaError):
+    code = ErrorCode.REQUEST_TIMED_OUT
+
+
+class FencedLeaderEpochError(KafkaError):
+    """The request's leader epoch is older than this broker's: the asker's metadata is stale."""
+
+    code = ErrorCode.FENCED_LEADER_EPOCH
+
+
+class UnknownLeaderEpochError(KafkaError):
+    """The request's leader epoch is newer than this broker's: this broker has not caught up yet."""
+
+    code = ErrorCode.UNKNOWN_LEADER_EPOCH
+
+
+class StaleBrokerEpochError(KafkaError):
+    code = ErrorCode.STALE_BROKER_EPOCH
+
+
+class BrokerNotAvailableError(KafkaError):
+    code = ErrorCode.BROKER_NOT_AVAILABLE

@@ -13,7 +13,11 @@ Layout, versions 4-17 (flexible from 12: compact arrays/strings/records and tagg
         [v5+ log_start_offset int64], aborted_transactions nullable [producer_id int64, first_offset int64],
         [v11+ preferred_read_replica int32], records nullable bytes]]
 
-Invariants: the sum of chunk lengths is exactly the body size; tagged fields are always empty.
+Partition tagged fields (v12+): tag 0 ``diverging_epoch`` {epoch int32, end_offset int64} for a follower
+whose log diverges from the leader's (KIP-320), tag 1 ``current_leader`` {leader_id int32, leader_epoch
+int32} with NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH (KIP-951); each written only when set.
+
+Invariants: the sum of chunk lengths is exactly the body size; other tagged fields are always empty.
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ class PartitionData:
     log_start_offset: int = -1
     aborted_transactions: list[tuple[int, int]] | None = None
     records: Any = None  # a Region, bytes, or None for an empty record set
+    diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset)
+    current_leader: tuple[int, int] | None = None  # (leader id, leader epoch)
 
 
 @dataclass(slots=True)
@@ -54,6 +60,8 @@ _I32 = struct.Struct(">i")
 _PART_FIXED = struct.Struct(">ihqqq")  # index, error, hw, lso, log start
 _PART_FIXED_V4 = struct.Struct(">ihqq")
 _ABORTED = struct.Struct(">qq")
+_EPOCH_END = struct.Struct(">iqB")  # epoch, end offset, empty tagged fields
+_LEADER = struct.Struct(">iiB")  # leader id, leader epoch, empty tagged fields
 
 
 def encode(
@@ -113,10 +121,23 @@ def encode(
                     out = bytearray()
                     chunks.append(records)
             if flexible:
-                out.append(0)  # partition tagged fields
+                _partition_tags(out, p)
         if flexible:
             out.append(0)  # topic tagged fields
     if flexible:
         out.append(0)  # top-level tagged fields
     chunks.append(bytes(out))
     return chunks
+
+
+def _partition_tags(out: bytearray, p: PartitionData) -> None:
+    tags = []
+    if p.diverging_epoch is not None:
+        tags.append((0, _EPOCH_END.pack(p.diverging_epoch[0], p.diverging_epoch[1], 0)))
+    if p.current_leader is not None:
+        tags.append((1, _LEADER.pack(p.current_leader[0], p.current_leader[1], 0)))
+    write_uvarint(out, len(tags))
+    for tag, data in tags:
+        write_uvarint(out, tag)
+        write_uvarint(out, len(data))
+        out += data

@@ -5,6 +5,10 @@ Invariants:
   key, the value and the accepted range.
 - ``TOPIC_TO_BROKER_KEY`` maps each topic key to the broker-wide ``server.properties`` key that sets
   its default, exactly as Kafka names them.
+- Field types are int, str or bool; booleans are written ``true``/``false`` (as Kafka writes them) by
+  ``to_properties`` and read back case-insensitively by ``with_overrides``.
+- ``min.insync.replicas`` and ``unclean.leader.election.enable`` are replication settings kept here so a
+  topic can override them like any other key; the storage layer itself never reads them.
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ class LogConfig:
     message_timestamp_after_max_ms: int = LONG_MAX
     file_delete_delay_ms: int = 1 * MINUTES
     cleanup_policy: str = "delete"
+    min_insync_replicas: int = 1
+    unclean_leader_election_enable: bool = False
 
     def __post_init__(self) -> None:
         _at_least("segment.bytes", self.segment_bytes, 14)
@@ -60,6 +66,12 @@ class LogConfig:
         _at_least("message.timestamp.before.max.ms", self.message_timestamp_before_max_ms, 0)
         _at_least("message.timestamp.after.max.ms", self.message_timestamp_after_max_ms, 0)
         _at_least("file.delete.delay.ms", self.file_delete_delay_ms, 0)
+        _at_least("min.insync.replicas", self.min_insync_replicas, 1)
+        if not isinstance(self.unclean_leader_election_enable, bool):
+            raise InvalidConfigError(
+                f"unclean.leader.election.enable={self.unclean_leader_election_enable!r} is invalid: "
+                "use true or false"
+            )
         if self.message_timestamp_type not in (CREATE_TIME, LOG_APPEND_TIME):
             raise InvalidConfigError(
                 f"message.timestamp.type={self.message_timestamp_type!r} is invalid: "
@@ -80,7 +92,7 @@ class LogConfig:
 
     def to_properties(self) -> dict[str, str]:
         """The config as Kafka topic keys with string values."""
-        return {f.name.replace("_", "."): str(getattr(self, f.name)) for f in fields(self)}
+        return {f.name.replace("_", "."): _to_str(getattr(self, f.name)) for f in fields(self)}
 
     def with_overrides(self, props: Mapping[str, Any]) -> LogConfig:
         """A copy with Kafka topic keys (``segment.bytes`` ...) overridden; unknown keys are an error."""
@@ -92,7 +104,9 @@ class LogConfig:
                 raise InvalidConfigError(
                     f"unknown topic config {key!r}; known keys: {', '.join(sorted(TOPIC_KEYS))}"
                 )
-            if field is int:
+            if field is bool:
+                changes[name] = _parse_bool(key, raw)
+            elif field is int:
                 try:
                     changes[name] = int(raw)
                 except (TypeError, ValueError):
@@ -107,9 +121,26 @@ def _at_least(key: str, value: int, minimum: int) -> None:
         raise InvalidConfigError(f"{key}={value!r} is invalid: it must be an integer >= {minimum}")
 
 
-_FIELDS: dict[str, type] = {
-    f.name: (int if isinstance(f.default, int) else str) for f in fields(LogConfig)
-}
+def _parse_bool(key: str, raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    low = str(raw).strip().lower()
+    if low not in ("true", "false"):
+        raise InvalidConfigError(f"{key}={raw!r} is invalid: use true or false")
+    return low == "true"
+
+
+def _to_str(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _field_type(default: Any) -> type:
+    if isinstance(default, bool):  # before int: bool is a subclass of int
+        return bool
+    return int if isinstance(default, int) else str
+
+
+_FIELDS: dict[str, type] = {f.name: _field_type(f.default) for f in fields(LogConfig)}
 TOPIC_KEYS = frozenset(name.replace("_", ".") for name in _FIELDS)
 
 TOPIC_TO_BROKER_KEY: dict[str, str] = {
@@ -127,4 +158,6 @@ TOPIC_TO_BROKER_KEY: dict[str, str] = {
     "message.timestamp.after.max.ms": "log.message.timestamp.after.max.ms",
     "file.delete.delay.ms": "log.segment.delete.delay.ms",
     "cleanup.policy": "log.cleanup.policy",
+    "min.insync.replicas": "min.insync.replicas",
+    "unclean.leader.election.enable": "unclean.leader.election.enable",
 }

@@ -345,7 +345,8 @@ class Log:
     ) -> AppendInfo:
         """Append a record set (one or more v2 batches) and return the offsets it received.
 
-        ``assign_offsets=False`` is for replicas: batches keep their offsets, which must follow on.
+        ``assign_offsets=False`` is for replicas: batches keep their offsets, which must follow on, and the
+        producer state follows them without judging them (their leader did, as Kafka's replication origin).
         Control batches (``from_client=False`` only) update the producer state as ``append_marker`` does.
         Raises a ``KafkaError`` and writes nothing if any batch is invalid.
         """
@@ -398,7 +399,8 @@ class Log:
             if not cfg.log_append_time and assign_offsets:
                 self._check_timestamps(headers, now)
             try:
-                self.producer_state.validate_append(headers, markers)
+                if assign_offsets:  # a replica's batches were validated by their leader: mirror them as they are
+                    self.producer_state.validate_append(headers, markers)
             except DuplicateBatch as dup:  # a retry whose first response was lost: the original offsets
                 return AppendInfo(dup.first_offset, dup.last_offset, dup.timestamp if cfg.log_append_time else -1,
                                   dup.timestamp, 0, 0)

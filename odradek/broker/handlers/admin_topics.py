@@ -1,7 +1,8 @@
-"""CreateTopics (v2-7), DeleteTopics (v1-6) and CreatePartitions (v0-3) on a one-broker cluster.
+"""CreateTopics (v2-7), DeleteTopics (v1-6) and CreatePartitions (v0-3).
 
-Creation and deletion are synchronous (the registry is persisted before the call returns), so the
-requests' ``timeout`` is never waited on and never reported as exceeded.
+On a single node creation and deletion are synchronous (the registry is persisted before the call
+returns). In a ZooKeeper cluster the change is written to ZooKeeper and the answer waits (up to the
+request's ``timeout``) until this broker sees it take effect: leaders elected, or the topic gone.
 
 Invariants:
 - Each topic gets its own error code and, where the version has one, a message taken from the
@@ -29,6 +30,7 @@ from odradek.broker.broker import Broker
 from odradek.broker.context import RequestContext
 from odradek.broker.handlers.admin_configs import topic_config_entries
 from odradek.cluster.metadata import UnknownTopicError
+from odradek.protocol.entities import millis
 from odradek.protocol.errors import ErrorCode, InvalidConfigError, KafkaError
 
 ZERO_UUID = uuid.UUID(int=0)
@@ -138,7 +140,17 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> dict[str, A
             results.append(_create_one(ctx, topic, bool(request.validate_only)))
         except KafkaError as e:
             results.append(_create_error(topic.name, e.code, e.message))
+    if ctx.broker.replicated and not request.validate_only:
+        await _await_topics(ctx, [r["name"] for r in results if r["error_code"] == ErrorCode.NONE], request, True)
     return {"throttle_time": 0, "topics": results}
+
+
+async def _await_topics(ctx: RequestContext, names: list[str], request: Any, exists: bool) -> None:
+    """Cluster mode: answer once this broker sees the change (leaders elected, or the topic gone), or at the
+    request's timeout, as Kafka's delayed CreateTopics/DeleteTopics do."""
+    timeout_ms = millis(getattr(request, "timeout", 30_000))
+    for name in names:
+        await ctx.broker.wait_for_topic(name, exists=exists, timeout_ms=timeout_ms)
 
 
 # -- DeleteTopics ------------------------------------------------------------------------------------
@@ -193,6 +205,8 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> dict[str, A
         except KafkaError as e:
             entry.update(error_code=e.code, error_message=e.message)
         responses.append(entry)
+    if b.replicated:
+        await _await_topics(ctx, [r["name"] for r in responses if r["error_code"] == ErrorCode.NONE], request, False)
     return {"throttle_time": 0, "responses": responses}
 
 

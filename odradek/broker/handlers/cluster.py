@@ -1,14 +1,15 @@
-"""DescribeCluster (v0-2): the cluster id, this broker, and this broker as the "controller".
+"""DescribeCluster (v0-2): the cluster id, the live brokers (with racks) and the controller.
 
-Odradek is a one-node cluster, so the answer is always the same node. As a Kafka broker does, it
+On a single node the answer is always this broker; in a ZooKeeper cluster, the registered brokers and the
+broker holding ``/controller``. As a Kafka broker does, it
 serves the broker endpoint type only: a request for controllers (``endpoint_type`` 2, which
 clients send to ``bootstrap.controllers``) gets ``MISMATCHED_ENDPOINT_TYPE``, an unknown endpoint
 type ``UNSUPPORTED_ENDPOINT_TYPE`` (both ``INVALID_REQUEST`` in v0, which cannot ask for either),
 with Kafka's messages.
 
 Invariants:
-- ``controller_id`` is this broker's node id (Kafka brokers report a live broker, never a KRaft
-  controller, since clients cannot reach controllers through a broker listener).
+- ``controller_id`` is a live broker (Kafka brokers report a live broker, never a KRaft controller, since
+  clients cannot reach controllers through a broker listener); -1 while no controller is elected.
 - ``cluster_authorized_operations`` is Kafka's "not requested" value (INT32 min) unless the
   client asks for it; then, as a Kafka broker without an authorizer, every cluster operation.
 - The broker's host and port are the advertised ones, the same as Metadata returns.
@@ -20,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from odradek.broker.context import RequestContext
-from odradek.broker.handlers.metadata import AUTHORIZED_OPERATIONS_UNSET, broker_entries
+from odradek.broker.handlers.metadata import AUTHORIZED_OPERATIONS_UNSET, broker_entries, controller_id
 from odradek.protocol.errors import ErrorCode
 
 UNKNOWN_ENDPOINT = 0
@@ -59,7 +60,7 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> dict[str
         "error_message": None,
         "endpoint_type": BROKER_ENDPOINT,
         "cluster_id": b.registry.cluster_id,
-        "controller_id": b.node_id,
+        "controller_id": controller_id(ctx),
         "brokers": brokers,
         "cluster_authorized_operations": ops,
     }

@@ -25,7 +25,7 @@ async def handle_describe_producers(ctx: RequestContext, request: Any) -> dict[s
             entry: dict[str, Any] = {"partition_index": index, "error_code": ErrorCode.NONE, "error_message": None,
                                      "active_producers": []}
             try:
-                lg = b.get_log(t.name, index)
+                lg = b.replicas.leader_partition(t.name, index).log
             except KafkaError as e:
                 entry["error_code"], entry["error_message"] = e.code, e.message
             else:

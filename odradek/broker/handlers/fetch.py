@@ -8,6 +8,10 @@ fewer than ``min_bytes`` are available the request waits up to ``max_wait_ms`` f
 of its partitions (a transaction marker notifies too, so a read_committed fetch wakes when the last
 stable offset moves), re-reading until enough is visible or the time is up.
 
+Only a partition's leader serves consumers (NOT_LEADER_OR_FOLLOWER otherwise, with the current leader as
+KIP-951 suggests), after checking ``current_leader_epoch`` (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH).
+Fetches from follower replicas (``replica_state``/``replica_id``) go to ``replica_fetch.py``.
+
 Every partition reports its real last stable offset, whatever the isolation level (as Kafka does).
 A read_committed answer lists the aborted transactions overlapping the range it returns,
 ``[fetch_offset, offset after its last batch)``; batches are still sent as stored (no filtering, no
@@ -24,6 +28,7 @@ from typing import Any
 
 from odradek.broker.context import RawResponse, RequestContext
 from odradek.broker.fetch_session import FetchSession, SessionPartition
+from odradek.broker.handlers import replica_fetch
 from odradek.protocol import fetch_response as fr
 from odradek.protocol.entities import millis
 from odradek.protocol.errors import ErrorCode, KafkaError, OffsetOutOfRangeError
@@ -44,6 +49,11 @@ class _Want:
 async def handle(ctx: RequestContext, request: Any) -> RawResponse:
     b = ctx.broker
     v = ctx.version
+    replica_state = getattr(request, "replica_state", None)
+    replica_id = replica_state.replica_id if replica_state is not None else getattr(request, "replica_id", -1)
+    if replica_id >= 0:
+        epoch_sent = replica_state.replica_epoch if replica_state is not None else -1
+        return await replica_fetch.handle(ctx, request, replica_id, epoch_sent)
     now = b.clock.milliseconds()
     session_id = request.session_id if v >= 7 else 0
     epoch = request.session_epoch if v >= 7 else -1
@@ -161,11 +171,16 @@ def _read(
             pd.error_code = w.error
             errors += 1
             continue
-        lg = b.log_manager.get_log(w.topic, w.partition)
-        if lg is None:
-            pd.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        try:
+            part = b.replicas.leader_partition(w.topic, w.partition)
+            part.check_epoch(w.state.current_leader_epoch)
+        except KafkaError as e:
+            pd.error_code = e.code
+            if e.code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH):
+                pd.current_leader = replica_fetch.current_leader(ctx, w.topic, w.partition)
             errors += 1
             continue
+        lg = part.log
         high_watermark = lg.high_watermark
         last_stable = lg.last_stable_offset
         visible_end = last_stable if read_committed else high_watermark
@@ -173,12 +188,6 @@ def _read(
         pd.last_stable_offset = last_stable
         pd.log_start_offset = lg.log_start_offset
         pd.aborted_transactions = [] if read_committed else None
-        leader_epoch = lg.leader_epochs.latest_epoch or 0
-        if w.state.current_leader_epoch >= 0 and w.state.current_leader_epoch != leader_epoch:
-            pd.error_code = (ErrorCode.FENCED_LEADER_EPOCH if w.state.current_leader_epoch < leader_epoch
-                             else ErrorCode.UNKNOWN_LEADER_EPOCH)
-            errors += 1
-            continue
         if w.state.fetch_offset > visible_end and w.state.fetch_offset <= lg.next_offset:
             continue  # above what this isolation level may see but inside the log: nothing visible yet
         limit = min(w.state.max_bytes, remaining)

@@ -4,6 +4,9 @@ The isolation level (v2+) bounds what may be answered, as in Kafka: read_uncommi
 high watermark, read_committed up to the last stable offset. LATEST is that bound itself; an offset
 found by timestamp (or MAX_TIMESTAMP) is answered only if it lies below the bound, else the answer
 is "none found" (offset and timestamp -1), so a consumer is never pointed into undecided data.
+
+Only the partition's leader answers (NOT_LEADER_OR_FOLLOWER otherwise), after checking
+``current_leader_epoch`` (v4+: FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH).
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
             entry: dict[str, Any] = {"partition_index": p.partition_index, "error_code": ErrorCode.NONE,
                                      "timestamp": -1, "offset": -1, "leader_epoch": -1}
             try:
-                lg = b.get_log(t.name, p.partition_index)
+                part = b.replicas.leader_partition(t.name, p.partition_index)
+                part.check_epoch(getattr(p, "current_leader_epoch", -1))
+                lg = part.log
                 fetchable_end = lg.last_stable_offset if read_committed else lg.high_watermark
                 ts = p.timestamp
                 if ts == LATEST:

@@ -14,8 +14,43 @@ AUTHORIZED_OPERATIONS_UNSET = -(2**31)
 
 
 def broker_entries(ctx: RequestContext) -> list[dict[str, Any]]:
-    cfg = ctx.broker.config
-    return [{"node_id": ctx.broker.node_id, "host": cfg.advertised_host, "port": cfg.advertised_port, "rack": None}]
+    """Every live broker at the address of the listener clients use (this broker alone on a single node)."""
+    b = ctx.broker
+    cfg = b.config
+    cluster = b.cluster
+    if cluster is None:
+        return [{"node_id": b.node_id, "host": cfg.advertised_host, "port": cfg.advertised_port, "rack": cfg.rack}]
+    out = []
+    for broker_id, reg in sorted(cluster.brokers.items()):
+        try:
+            e = reg.endpoint(cfg.listener.name)
+        except KeyError:
+            e = reg.endpoint()
+        out.append({"node_id": broker_id, "host": e.host, "port": e.port, "rack": reg.rack})
+    return out
+
+
+def controller_id(ctx: RequestContext) -> int:
+    cluster = ctx.broker.cluster
+    return ctx.broker.node_id if cluster is None else cluster.controller_id
+
+
+def _cluster_partition(ctx: RequestContext, name: str, p: int) -> dict[str, Any]:
+    cluster = ctx.broker.cluster
+    assert cluster is not None
+    assignment = cluster.assignments.get(name)
+    replicas = list(assignment.replicas.get(p, ())) if assignment is not None else []
+    state = cluster.states.get((name, p))
+    live = cluster.brokers
+    entry = {"error_code": ErrorCode.NONE, "partition_index": p, "leader_id": -1, "leader_epoch": -1,
+             "replica_nodes": replicas, "isr_nodes": [], "offline_replicas": [r for r in replicas if r not in live]}
+    if state is None or not state.online or state.leader not in live:
+        entry["error_code"] = ErrorCode.LEADER_NOT_AVAILABLE
+        if state is not None:
+            entry["leader_epoch"], entry["isr_nodes"] = state.leader_epoch, list(state.isr)
+        return entry
+    entry.update(leader_id=state.leader, leader_epoch=state.leader_epoch, isr_nodes=list(state.isr))
+    return entry
 
 
 def topic_entry(ctx: RequestContext, name: str) -> dict[str, Any]:
@@ -25,7 +60,9 @@ def topic_entry(ctx: RequestContext, name: str) -> dict[str, Any]:
         return {"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "name": name, "partitions": [],
                 "topic_authorized_operations": AUTHORIZED_OPERATIONS_UNSET}
     partitions = []
-    for p in range(topic.partitions):
+    if b.cluster is not None:
+        partitions = [_cluster_partition(ctx, name, p) for p in range(topic.partitions)]
+    for p in range(topic.partitions if b.cluster is None else 0):
         lg = b.log_manager.get_log(name, p)
         epoch = lg.leader_epochs.latest_epoch if lg is not None else None
         partitions.append({
@@ -75,7 +112,7 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
         "throttle_time": 0,
         "brokers": broker_entries(ctx),
         "cluster_id": b.registry.cluster_id,
-        "controller_id": b.node_id,
+        "controller_id": controller_id(ctx),
         "topics": topics,
         "error_code": ErrorCode.NONE,
     }

@@ -1,5 +1,9 @@
-"""Produce: append each partition's record set; acks 0 (no response), 1 and -1 (one replica: the
-leader's append satisfies both).
+"""Produce: append each partition's record set as its leader; acks 0 (no response), 1 (answered after the
+leader's append) and -1 (all: answered once the high watermark covers the batch, i.e. every in-sync replica
+has it, within the request's timeout — REQUEST_TIMED_OUT otherwise; NOT_ENOUGH_REPLICAS before appending
+when the ISR is smaller than min.insync.replicas, NOT_ENOUGH_REPLICAS_AFTER_APPEND when it shrank below it
+meanwhile). On a single node the leader's append satisfies both 1 and -1. A broker that does not lead a
+partition answers NOT_LEADER_OR_FOLLOWER.
 
 Transactional produce (KIP-890 part 1, ``transaction.partition.verification.enable``): before a
 producer's first transactional batch in a partition (the partition has no ongoing transaction of
@@ -19,8 +23,10 @@ from typing import Any
 from odradek.broker.context import CloseConnection, RawResponse, RequestContext
 from odradek.protocol import produce_response
 from odradek.protocol.batch import HEADER_SIZE, TRANSACTIONAL_BIT, parse_header
+from odradek.protocol.entities import millis
 from odradek.protocol.errors import ErrorCode, KafkaError
 from odradek.protocol.produce_response import PartitionResult
+from odradek.replica.partition import Partition
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +37,7 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse | None:
     responses: list[tuple[str, list[PartitionResult]]] = []
     failed: PartitionResult | None = None
     failed_topic = ""
+    waits: list[tuple[PartitionResult, Partition, int]] = []
     for topic in request.topic_data:
         parts = []
         known = b.registry.get(topic.name)
@@ -53,10 +60,12 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse | None:
                 result.error_code, result.error_message = unverified
             else:
                 try:
-                    info = b.append(topic.name, pd.index, pd.records)
+                    part, info = b.replicas.append(topic.name, pd.index, pd.records, required_acks=acks)
                     result.base_offset = info.first_offset
                     result.log_append_time = info.log_append_time
-                    result.log_start_offset = b.get_log(topic.name, pd.index).log_start_offset
+                    result.log_start_offset = part.log.log_start_offset
+                    if acks == -1 and part.replicated and info.record_count:
+                        waits.append((result, part, info.last_offset + 1))
                 except KafkaError as e:
                     result.error_code = e.code
                     result.error_message = e.message
@@ -65,12 +74,28 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse | None:
                 failed, failed_topic = result, topic.name
             parts.append(result)
         responses.append((topic.name, parts))
+    if waits:
+        codes = await b.replicas.wait_replicated([(part, end) for _, part, end in waits], millis(request.timeout))
+        for (result, part, _), code in zip(waits, codes, strict=True):
+            if code is not ErrorCode.NONE:
+                result.error_code = code
+                result.error_message = _REPLICATION_FAILURES.get(code, code.name).format(part.name)
+                result.base_offset = -1
     if acks == 0:
         if failed is not None:  # as Kafka: the only way to tell an acks=0 producer that something went wrong
             raise CloseConnection(f"acks=0 produce failed for {failed_topic}-{failed.index}: {failed.error_message}")
         return None
     return RawResponse([produce_response.encode(ctx.version, responses)])
 
+
+_REPLICATION_FAILURES = {
+    ErrorCode.REQUEST_TIMED_OUT: "{}: the write was not replicated to every in-sync replica within the request's "
+                                 "timeout (it may still be committed later)",
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: "{}: the in-sync replicas fell below min.insync.replicas before the "
+                                                "write was replicated",
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: "{}: this broker stopped leading the partition before the write was "
+                                      "replicated: refresh metadata and retry",
+}
 
 _RETRIABLE = (ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
               ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR)
@@ -85,7 +110,8 @@ def _verify(ctx: RequestContext, transactional_id: str, topic: str, partition: i
     if not h.attributes & TRANSACTIONAL_BIT or h.producer_id < 0:
         return None
     b = ctx.broker
-    if b.get_log(topic, partition).ongoing_transaction_first_offset(h.producer_id) is not None:
+    part = b.replicas.get(topic, partition)
+    if part is None or part.log.ongoing_transaction_first_offset(h.producer_id) is not None:
         return None  # verified when its transaction's first batch came
     error = b.txns.view().verify_partitions(transactional_id, h.producer_id, h.producer_epoch,
                                             [(topic, partition)])[(topic, partition)]

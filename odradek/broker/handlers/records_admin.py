@@ -14,7 +14,9 @@ consumers use to validate their position after a leader change (KIP-320). Per pa
 2. ``(leader_epoch, end_offset)`` comes from the partition's leader-epoch cache
    (``LeaderEpochCache.end_offset_for``) with the log end offset, exactly as Kafka computes it.
 
-This broker never assigns leader epochs (its appends carry none), so the cache is normally empty,
+In a ZooKeeper cluster leaders stamp their epoch on every batch and the answer is Kafka's, from the
+partition's leader (NOT_LEADER_OR_FOLLOWER elsewhere). A single node never assigns leader epochs (its
+appends carry none), so the cache is normally empty,
 while Metadata reports every partition's leader epoch as 0. Kafka answers an empty cache with
 ``(-1, -1)``; a Java or librdkafka consumer reads that as "truncation detected" and resets its
 position (or raises ``LogTruncationException`` with no reset policy), although nothing was ever
@@ -58,7 +60,7 @@ async def handle_delete_records(ctx: RequestContext, request: Any) -> dict[str, 
             entry: dict[str, Any] = {"partition_index": p.partition_index, "low_watermark": -1,
                                      "error_code": ErrorCode.NONE}
             try:
-                lg = b.get_log(t.name, p.partition_index)
+                lg = b.replicas.leader_partition(t.name, p.partition_index).log
                 offset = lg.high_watermark if p.offset == HIGH_WATERMARK else p.offset
                 entry["low_watermark"] = lg.delete_records_before(offset)
             except KafkaError as e:
@@ -90,7 +92,13 @@ def _epoch_end_offset(ctx: RequestContext, topic: str, p: Any) -> dict[str, Any]
     entry: dict[str, Any] = {"partition": p.partition, "error_code": ErrorCode.NONE,
                              "leader_epoch": UNDEFINED_EPOCH, "end_offset": UNDEFINED_EPOCH_OFFSET}
     try:
-        lg = ctx.broker.get_log(topic, p.partition)
+        part = ctx.broker.replicas.leader_partition(topic, p.partition)
+        lg = part.log
+        if part.replicated:
+            part.check_epoch(p.current_leader_epoch)
+            entry["leader_epoch"], entry["end_offset"] = lg.leader_epochs.end_offset_for(p.leader_epoch,
+                                                                                         lg.next_offset)
+            return entry
     except KafkaError as e:
         entry["error_code"] = e.code
         return entry

@@ -1,0 +1,1 @@
+"""Replicas: partition roles, ISR, high watermark, follower fetching, delayed operations."""

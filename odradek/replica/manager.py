@@ -1,0 +1,239 @@
+"""All partitions of this broker: the one read/write path the handlers use for partition data.
+
+Kafka's ``ReplicaManager``. Handlers ask it for a partition in the role they need (``leader_partition`` for
+produce and consumer fetches), append through it (``append`` / ``append_marker``), and tell it about replica
+fetches (``on_replica_fetch``). The cluster link applies the partition states it reads from ZooKeeper
+(``apply_state``) and the manager turns them into roles, starting or stopping the follower fetcher.
+
+Invariants:
+- Single-node mode (``replicated=False``): every partition of the topic registry is led by this broker with
+  a one-replica ISR; appends move the high watermark at once (acks=all is acks=1).
+- Cluster mode: a partition exists here only if this broker is one of its replicas; it serves clients only
+  as leader. ISR changes go to ZooKeeper through ``isr_writer`` (conditional on the state's version) and take
+  effect only once written; one change per partition at a time.
+- ``notify(topic, partition)`` is called after every append and every high-watermark move, so waiting
+  fetches re-read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterator
+
+from odradek.clock import Clock
+from odradek.cluster.model import LeaderAndIsr, TopicPartition
+from odradek.protocol.errors import (
+    ErrorCode,
+    KafkaError,
+    NotLeaderOrFollowerError,
+    RequestTimedOutError,
+    UnknownTopicError,
+)
+from odradek.replica.partition import Partition, Role
+from odradek.storage.log import AppendInfo, Log
+from odradek.storage.manager import LogManager
+
+log = logging.getLogger(__name__)
+
+IsrWriter = Callable[[TopicPartition, LeaderAndIsr], Awaitable[LeaderAndIsr | None]]
+
+
+class ReplicaManager:
+    def __init__(self, local_id: int, log_manager: LogManager, *, clock: Clock, replicated: bool,
+                 notify: Callable[[str, int], None], replica_lag_time_max_ms: int = 30_000,
+                 isr_writer: IsrWriter | None = None) -> None:
+        self.local_id = local_id
+        self.log_manager = log_manager
+        self.clock = clock
+        self.replicated = replicated
+        self.notify = notify
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.isr_writer = isr_writer
+        self._partitions: dict[TopicPartition, Partition] = {}
+        self._isr_tasks: dict[TopicPartition, asyncio.Task[None]] = {}
+        # called when the set of followed partitions (leader or epoch) changes: the fetcher re-plans
+        self.on_followers_changed: Callable[[], None] | None = None
+
+    # -- lookup --------------------------------------------------------------------------------------
+
+    def get(self, topic: str, partition: int) -> Partition | None:
+        return self._partitions.get((topic, partition))
+
+    def partitions(self) -> Iterator[Partition]:
+        return iter(list(self._partitions.values()))
+
+    def leader_partition(self, topic: str, partition: int) -> Partition:
+        """The partition if this broker leads it; ``UnknownTopicError`` or ``NotLeaderOrFollowerError`` otherwise."""
+        part = self._partitions.get((topic, partition))
+        if part is None:
+            if self.replicated:
+                raise NotLeaderOrFollowerError(
+                    f"broker {self.local_id} does not host {topic}-{partition}: refresh metadata")
+            raise UnknownTopicError(f"this server does not host topic-partition {topic}-{partition}")
+        if part.role is not Role.LEADER:
+            part.check_leader()
+        return part
+
+    def followed(self) -> dict[TopicPartition, Partition]:
+        """Partitions this broker follows, with a known leader."""
+        return {tp: p for tp, p in self._partitions.items() if p.role is Role.FOLLOWER and p.leader_id >= 0}
+
+    # -- the partition set ---------------------------------------------------------------------------
+
+    def add_local(self, lg: Log) -> Partition:
+        """Single-node mode: a partition of the registry, led here."""
+        tp = (lg.topic, lg.partition)
+        part = self._partitions.get(tp)
+        if part is None or part.log is not lg:
+            part = self._partitions[tp] = Partition(lg, self.local_id, replicated=self.replicated)
+        return part
+
+    def apply_state(self, topic: str, partition: int, state: LeaderAndIsr, replicas: tuple[int, ...]) -> None:
+        """Apply a partition's state from ZooKeeper: lead, follow, or (not a replica) drop it."""
+        tp = (topic, partition)
+        part = self._partitions.get(tp)
+        if self.local_id not in replicas:
+            if part is not None:
+                part.make_none("not a replica any more")
+                self._partitions.pop(tp, None)
+                self._followers_changed()
+            return
+        if part is not None and part.state is not None and state.leader_epoch < part.state.leader_epoch:
+            return  # a late event
+        if part is None:
+            lg = self.log_manager.get_or_create_log(topic, partition)
+            part = self._partitions[tp] = Partition(lg, self.local_id, replicated=True)
+        if state.leader == self.local_id:
+            if part.make_leader(state, replicas, self.clock.milliseconds()):
+                self._followers_changed()
+            self.notify(topic, partition)
+        else:
+            if part.make_follower(state, replicas):
+                self._followers_changed()
+
+    def remove(self, topic: str, partition: int, *, delete: bool) -> None:
+        part = self._partitions.pop((topic, partition), None)
+        if part is not None:
+            part.make_none("removed")
+            self._followers_changed()
+        if delete and self.log_manager.get_log(topic, partition) is not None:
+            self.log_manager.delete_log(topic, partition)
+        self.notify(topic, partition)
+
+    def stop_all(self, reason: str) -> None:
+        """This broker can lead or follow nothing (lost ZooKeeper session, shutdown)."""
+        for part in self._partitions.values():
+            part.make_none(reason)
+            part.state = None
+        self._followers_changed()
+
+    def _followers_changed(self) -> None:
+        if self.on_followers_changed is not None:
+            self.on_followers_changed()
+
+    # -- appends ------------------------------------------------------------------------------------
+
+    def append(self, topic: str, partition: int, records: bytes | bytearray | memoryview, *,
+               required_acks: int = 1) -> tuple[Partition, AppendInfo]:
+        part = self.leader_partition(topic, partition)
+        info = part.append_as_leader(records, required_acks=required_acks)
+        self.notify(topic, partition)
+        return part, info
+
+    def append_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int, commit: bool,
+                      coordinator_epoch: int) -> tuple[Partition, AppendInfo]:
+        part = self.leader_partition(topic, partition)
+        info = part.append_marker_as_leader(producer_id, producer_epoch, commit, coordinator_epoch)
+        self.notify(topic, partition)
+        return part, info
+
+    async def wait_replicated(self, waits: list[tuple[Partition, int]], timeout_ms: int) -> list[ErrorCode]:
+        """acks=all: for each (partition, offset after the write), its outcome within ``timeout_ms``."""
+        futures = [part.wait_for_offset(end) for part, end in waits]
+        pending = [f for f in futures if not f.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=max(timeout_ms, 0) / 1000)
+        out = []
+        for fut in futures:
+            if fut.done():
+                out.append(fut.result())
+            else:
+                fut.cancel()
+                out.append(ErrorCode.REQUEST_TIMED_OUT)
+        return out
+
+    async def append_replicated(self, topic: str, partition: int, records: bytes | bytearray | memoryview,
+                                timeout_ms: int) -> AppendInfo:
+        """Append as leader and wait until the write is committed (for the coordinators' own writes)."""
+        part, info = self.append(topic, partition, records, required_acks=-1)
+        if self.replicated:
+            code = (await self.wait_replicated([(part, info.last_offset + 1)], timeout_ms))[0]
+            if code is ErrorCode.REQUEST_TIMED_OUT:
+                raise RequestTimedOutError(f"{topic}-{partition}: the write was not replicated within {timeout_ms} ms")
+            if code is not ErrorCode.NONE:
+                err = KafkaError(f"{topic}-{partition}: the write was not replicated ({code.name})")
+                err.code = code
+                raise err
+        return info
+
+    # -- replica fetches (leader side) --------------------------------------------------------------
+
+    def on_replica_fetch(self, part: Partition, replica_id: int, fetch_offset: int, log_start_offset: int,
+                         broker_epoch: int) -> None:
+        """A follower fetched from ``fetch_offset``: its log ends there. Moves the HW, may expand the ISR."""
+        moved, expand_to = part.on_follower_fetch(replica_id, fetch_offset, log_start_offset,
+                                                  self.clock.milliseconds(), broker_epoch)
+        if moved:
+            self.notify(part.topic, part.index)
+        if expand_to is not None:
+            self._change_isr(part, expand_to, f"replica {replica_id} caught up")
+
+    # -- ISR maintenance ----------------------------------------------------------------------------
+
+    def check_isr(self) -> None:
+        """Shrink the ISR of every led partition whose followers fell behind (run periodically)."""
+        if not self.replicated:
+            return
+        now = self.clock.milliseconds()
+        for part in self.partitions():
+            out = part.shrink_candidates(now, self.replica_lag_time_max_ms)
+            if out:
+                new_isr = tuple(r for r in part.isr if r not in out)
+                self._change_isr(part, new_isr, f"replicas {list(out)} fell behind by more than "
+                                                f"replica.lag.time.max.ms={self.replica_lag_time_max_ms}")
+
+    def _change_isr(self, part: Partition, new_isr: tuple[int, ...], why: str) -> None:
+        tp = (part.topic, part.index)
+        ls = part.leader_state
+        if (self.isr_writer is None or ls is None or part.state is None or ls.pending is not None
+                or tp in self._isr_tasks or tuple(new_isr) == tuple(part.isr)):
+            return
+        ls.propose_isr(tuple(new_isr))
+        proposed = part.state.with_isr(tuple(new_isr))
+        log.info("%s: changing the ISR from %s to %s: %s", part.name, list(part.isr), list(new_isr), why)
+        task = asyncio.get_running_loop().create_task(self._write_isr(part, proposed))
+        self._isr_tasks[tp] = task
+
+    async def _write_isr(self, part: Partition, proposed: LeaderAndIsr) -> None:
+        tp = (part.topic, part.index)
+        try:
+            assert self.isr_writer is not None
+            try:
+                written = await self.isr_writer(tp, proposed)
+            except Exception as e:  # ZooKeeper unreachable, session lost...
+                log.warning("%s: could not write the ISR change to ZooKeeper: %s", part.name, e)
+                written = None
+            if self._partitions.get(tp) is not part or part.leader_state is None:
+                return
+            if part.state is not None and part.state.leader_epoch != proposed.leader_epoch:
+                part.isr_failed()
+                return
+            if written is None:
+                log.info("%s: the ISR change lost against a newer state; waiting for it", part.name)
+                part.isr_failed()
+                return
+            if part.isr_committed(written):
+                self.notify(part.topic, part.index)
+        finally:
+            self._isr_tasks.pop(tp, None)

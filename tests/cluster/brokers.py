@@ -1,0 +1,126 @@
+"""A cluster of real ``odradek serve`` processes on one ZooKeeper, for tests.
+
+Each broker is a ``BrokerProcess`` (tests/broker/process.py) with ``broker.id`` and ``zookeeper.connect``
+overrides; its port is kept across restarts so clients' bootstrap lists stay valid. Metadata questions are
+asked with confluent-kafka's admin client (a real Kafka client). Every wait is bounded and polls.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.broker.process import BrokerProcess, free_port
+
+T = TypeVar("T")
+
+CLUSTER_OVERRIDES = [
+    "zookeeper.session.timeout.ms=4000",
+    "replica.lag.time.max.ms=3000",
+    "replica.fetch.wait.max.ms=200",
+    "replica.fetch.backoff.ms=100",
+    "log.segment.bytes=262144",
+    "offsets.topic.replication.factor=3",
+    "transaction.state.log.replication.factor=3",
+    "transaction.state.log.min.isr=2",
+    "offsets.topic.num.partitions=5",
+    "transaction.state.log.num.partitions=5",
+]
+
+
+def wait_until(condition: Callable[[], T], *, timeout_s: float = 20.0, what: str = "condition") -> T:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(0.05)
+
+
+class ClusterBroker(BrokerProcess):
+    """A broker that keeps its port across restarts."""
+
+    def __init__(self, broker_id: int, base: Path, zk_connect: str, overrides: list[str]) -> None:
+        super().__init__(base / f"broker-{broker_id}", base / f"broker-{broker_id}.log",
+                         [f"broker.id={broker_id}", f"zookeeper.connect={zk_connect}", *overrides])
+        self.broker_id = broker_id
+        self.fixed_port = free_port()
+
+    def start(self) -> ClusterBroker:
+        import tests.broker.process as process
+
+        original = process.free_port
+        process.free_port = lambda: self.fixed_port  # type: ignore[assignment]
+        try:
+            super().start()
+        finally:
+            process.free_port = original  # type: ignore[assignment]
+        return self
+
+
+class Cluster:
+    def __init__(self, base: Path, zk_connect: str, size: int = 3, overrides: list[str] | None = None) -> None:
+        self.base = base
+        self.zk_connect = zk_connect
+        extra = [*CLUSTER_OVERRIDES, *(overrides or [])]
+        self.brokers = {i: ClusterBroker(i, base, zk_connect, extra) for i in range(1, size + 1)}
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{b.fixed_port}" for b in self.brokers.values())
+
+    def start(self) -> Cluster:
+        for b in self.brokers.values():
+            b.start()
+        self.wait_for_brokers(len(self.brokers))
+        return self
+
+    def stop(self) -> list[str]:
+        failures = []
+        for b in self.brokers.values():
+            if b.running:
+                code = b.stop()
+                if code != 0:
+                    failures.append(f"broker {b.broker_id} exited with {code}:\n{b.log()[-3000:]}")
+            else:
+                b.kill()
+        return failures
+
+    def admin(self) -> AdminClient:
+        return AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 5000})
+
+    def metadata(self) -> Any:
+        return self.admin().list_topics(timeout=10)
+
+    def wait_for_brokers(self, count: int) -> None:
+        wait_until(lambda: len(self.metadata().brokers) == count and self.metadata().controller_id >= 0,
+                   what=f"{count} brokers and a controller in the metadata")
+
+    def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 3,
+                     config: dict[str, str] | None = None) -> None:
+        admin = self.admin()  # kept alive until the future is answered
+        futures = admin.create_topics([NewTopic(name, partitions, replication_factor, config=config or {})],
+                                      operation_timeout=20)
+        futures[name].result(timeout=30)
+        wait_until(lambda: all(p.leader >= 0 and len(p.isrs) == replication_factor
+                               for p in self.partitions(name).values()) and len(self.partitions(name)) == partitions,
+                   what=f"leaders and full ISRs for {name}")
+
+    def partitions(self, topic: str) -> dict[int, Any]:
+        md = self.metadata().topics.get(topic)
+        return dict(md.partitions) if md is not None and md.error is None else {}
+
+    def leader(self, topic: str, partition: int = 0) -> int:
+        return int(self.partitions(topic)[partition].leader)
+
+    def isr(self, topic: str, partition: int = 0) -> list[int]:
+        return sorted(self.partitions(topic)[partition].isrs)
+
+    def each(self) -> Iterator[ClusterBroker]:
+        return iter(self.brokers.values())

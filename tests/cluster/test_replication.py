@@ -1,0 +1,188 @@
+"""Replication across a real 3-broker cluster on a real ZooKeeper, with real clients.
+
+One ZooKeeper and one cluster per module; every test uses its own topics. Records are unique values so
+that loss and duplication are visible; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from odradek.cluster.zk.server import ZooKeeperServer
+from tests.cluster.brokers import Cluster, wait_until
+from tests.cluster.zk_process import unique_chroot
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    c = Cluster(tmp_path_factory.mktemp("cluster"), unique_chroot(zookeeper)).start()
+    try:
+        yield c
+    finally:
+        failures = c.stop()
+    assert not failures, "\n".join(failures)
+
+
+def _topic() -> str:
+    return f"t-{uuid.uuid4().hex[:10]}"
+
+
+def _producer(cluster: Cluster, **extra: object) -> Producer:
+    conf: dict[str, object] = {"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5,
+                               "enable.idempotence": True, "message.timeout.ms": 60000,
+                               "retry.backoff.ms": 50}
+    conf.update(extra)
+    return Producer(conf)
+
+
+def _consume_all(cluster: Cluster, topic: str, partitions: int, expected: int,
+                 timeout_s: float = 30.0) -> list[tuple[int, int, bytes]]:
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"g-{uuid.uuid4().hex[:6]}",
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    try:
+        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        out: list[tuple[int, int, bytes]] = []
+        deadline = time.monotonic() + timeout_s
+        while len(out) < expected and time.monotonic() < deadline:
+            msg = c.poll(0.5)
+            if msg is None or msg.error() is not None:
+                continue
+            out.append((msg.partition(), msg.offset(), msg.value()))
+        return out
+    finally:
+        c.close()
+
+
+def test_metadata_shows_every_broker_replica_and_isr(cluster: Cluster) -> None:
+    topic = _topic()
+    cluster.create_topic(topic, partitions=3, replication_factor=3)
+    md = cluster.metadata()
+    assert sorted(md.brokers) == [1, 2, 3]
+    assert md.controller_id in (1, 2, 3)
+    parts = md.topics[topic].partitions
+    assert sorted(parts) == [0, 1, 2]
+    for p in parts.values():
+        assert sorted(p.replicas) == [1, 2, 3]
+        assert sorted(p.isrs) == [1, 2, 3]
+        assert p.leader in (1, 2, 3)
+    assert len({p.leader for p in parts.values()}) == 3, "leaders spread over the brokers"
+
+
+def test_replication_factor_larger_than_the_cluster_is_refused(cluster: Cluster) -> None:
+    from confluent_kafka.admin import NewTopic
+
+    topic = _topic()
+    admin = cluster.admin()
+    futures = admin.create_topics([NewTopic(topic, 1, 4)], operation_timeout=10)
+    with pytest.raises(Exception, match="(?i)replication factor"):
+        futures[topic].result(timeout=20)
+
+
+def test_acks_all_records_are_on_every_replica_and_readable(cluster: Cluster) -> None:
+    topic = _topic()
+    cluster.create_topic(topic, partitions=2, replication_factor=3)
+    p = _producer(cluster)
+    acked: list[tuple[int, int, bytes]] = []
+
+    def on_ack(err: object, msg: object) -> None:
+        assert err is None, err
+        acked.append((msg.partition(), msg.offset(), msg.value()))  # type: ignore[attr-defined]
+
+    for i in range(2000):
+        p.produce(topic, key=str(i % 7).encode(), value=f"v{i}".encode(), on_delivery=on_ack)
+        if i % 500 == 0:
+            p.poll(0)
+    assert p.flush(30) == 0
+    assert len(acked) == 2000
+    got = _consume_all(cluster, topic, 2, 2000)
+    assert sorted(got) == sorted(acked)
+    # every replica's log end reaches the same point: followers caught up (the ISR stays full)
+    wait_until(lambda: all(len(cluster.isr(topic, q)) == 3 for q in range(2)), what="full ISR")
+
+
+def _kill_leader_under_load(cluster: Cluster, topic: str) -> tuple[list[tuple[int, int, bytes]], int]:
+    p = _producer(cluster)
+    acked: list[tuple[int, int, bytes]] = []
+    errors: list[object] = []
+
+    def on_ack(err: object, msg: object) -> None:
+        if err is not None:
+            errors.append(err)
+        else:
+            acked.append((msg.partition(), msg.offset(), msg.value()))  # type: ignore[attr-defined]
+
+    leader = cluster.leader(topic)
+    killed_at = None
+    for i in range(4000):
+        p.produce(topic, value=f"r{i}".encode(), on_delivery=on_ack)
+        p.poll(0)
+        if i == 1500:
+            cluster.brokers[leader].kill()
+            killed_at = i
+        time.sleep(0.0005)
+    assert p.flush(60) == 0
+    assert killed_at is not None
+    assert not errors, errors[:3]
+    return acked, leader
+
+
+def test_kill_9_of_the_leader_loses_no_acknowledged_record(cluster: Cluster) -> None:
+    topic = _topic()
+    cluster.create_topic(topic, partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
+    acked, old_leader = _kill_leader_under_load(cluster, topic)
+    new_leader = wait_until(lambda: cluster.leader(topic) not in (-1, old_leader) and cluster.leader(topic),
+                            what="a new leader")
+    assert new_leader != old_leader
+    got = _consume_all(cluster, topic, 1, len(acked))
+    offsets = [o for _, o, _ in sorted(got)]
+    assert offsets == list(range(len(offsets))), "offsets are dense"
+    assert sorted(got) == sorted(acked), "every acknowledged record once, at its acknowledged offset"
+    # the old leader comes back as a follower, catches up and re-enters the ISR
+    cluster.brokers[old_leader].start()
+    wait_until(lambda: len(cluster.isr(topic)) == 3, timeout_s=40, what="the returning broker back in the ISR")
+    assert cluster.leader(topic) == new_leader
+
+
+def test_a_follower_down_leaves_the_isr_and_comes_back(cluster: Cluster) -> None:
+    topic = _topic()
+    cluster.create_topic(topic, partitions=1, replication_factor=3)
+    leader = cluster.leader(topic)
+    follower = next(b for b in (1, 2, 3) if b != leader)
+    cluster.brokers[follower].kill()
+    wait_until(lambda: follower not in cluster.isr(topic), what="the dead follower out of the ISR")
+    p = _producer(cluster)
+    for i in range(500):
+        p.produce(topic, value=f"w{i}".encode())
+    assert p.flush(30) == 0
+    cluster.brokers[follower].start()
+    wait_until(lambda: len(cluster.isr(topic)) == 3, timeout_s=40, what="the follower back in the ISR")
+    assert len(_consume_all(cluster, topic, 1, 500)) == 500
+
+
+def test_not_enough_replicas_for_acks_all(cluster: Cluster, tmp_path: Path) -> None:
+    topic = _topic()
+    cluster.create_topic(topic, partitions=1, replication_factor=3, config={"min.insync.replicas": "3"})
+    leader = cluster.leader(topic)
+    follower = next(b for b in (1, 2, 3) if b != leader)
+    cluster.brokers[follower].kill()
+    try:
+        wait_until(lambda: len(cluster.isr(topic)) == 2, what="a smaller ISR")
+        p = _producer(cluster, **{"enable.idempotence": False, "message.timeout.ms": 3000, "retries": 0})
+        errors: list[object] = []
+        p.produce(topic, value=b"x", on_delivery=lambda err, msg: errors.append(err))
+        p.flush(10)
+        assert errors and errors[0] is not None and "NOT_ENOUGH_REPLICAS" in str(errors[0])
+        p1 = _producer(cluster, **{"acks": "1", "enable.idempotence": False})
+        p1.produce(topic, value=b"y")
+        assert p1.flush(10) == 0, "acks=1 still works"
+    finally:
+        cluster.brokers[follower].start()
+        wait_until(lambda: len(cluster.isr(topic)) == 3, timeout_s=40, what="full ISR again")
