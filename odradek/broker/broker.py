@@ -30,18 +30,21 @@ from typing import TYPE_CHECKING
 from odradek.broker.config import BrokerConfig, default_log_config, merge_dynamic
 from odradek.broker.fetch_session import FetchSessionCache
 from odradek.broker.group_runtime import OFFSETS_TOPIC, GroupRuntime
-from odradek.broker.producer_ids import ProducerIdAllocator
-from odradek.broker.txn_runtime import TxnRuntime
+from odradek.broker.producer_ids import ProducerIdAllocator, ZkProducerIdAllocator
+from odradek.broker.txn_runtime import TXN_STATE_TOPIC, TxnRuntime
 from odradek.clock import SYSTEM_CLOCK, Clock
 from odradek.cluster.metadata import Topic, TopicRegistry
 from odradek.protocol.errors import (
+    CoordinatorNotAvailableError,
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidTopicError,
     KafkaError,
+    TopicExistsError,
     UnknownTopicError,
 )
 from odradek.replica.manager import ReplicaManager
+from odradek.replica.partition import Partition
 from odradek.storage.config import LogConfig
 from odradek.storage.log import AppendInfo, Log
 from odradek.storage.manager import LogManager
@@ -69,10 +72,11 @@ class Broker:
                 directory, name, expiration_ms=config.producer_id_expiration_ms),
             producer_expiration_check_interval_ms=config.producer_id_expiration_check_interval_ms,
         )
-        self.producer_ids = ProducerIdAllocator(config.log_dirs[0])
+        self.producer_ids: ProducerIdAllocator | ZkProducerIdAllocator = ProducerIdAllocator(config.log_dirs[0])
         self.replicated = config.zookeeper_connect is not None
         self.replicas = ReplicaManager(self.node_id, self.log_manager, clock=clock, replicated=self.replicated,
                                        notify=self.notify, replica_lag_time_max_ms=config.replica_lag_time_max_ms)
+        self.replicas.on_leadership = self.on_leadership
         self.cluster: ClusterMember | None = None
         self.topics: TopicRegistry | ClusterView | None = None
         # Topic defaults: server.properties plus the dynamic broker configs (set once the registry is read).
@@ -140,6 +144,9 @@ class Broker:
             broker_epoch=lambda: member.broker_epoch, topic_id=member.topic_id, topic_name=member.topic_name)
         self.replicas.on_followers_changed = self.fetcher.replan
         await member.start(cfg.cluster_id)
+        zk = member.zk
+        assert zk is not None
+        self.producer_ids = ZkProducerIdAllocator(lambda size: zk.claim_producer_id_block(self.node_id, size))
         self._drop_foreign_logs()
         self.controller = Controller(member)
         self.controller.start()
@@ -299,6 +306,43 @@ class Broker:
                  {p: list(r) for p, r in sorted(replicas.items())})
         return Topic(name, topic_id, partitions, configs, internal)
 
+    def create_internal_topic(self, name: str, partitions: int, configs: dict[str, str], *,
+                              replication_factor: int, min_isr: int | None = None) -> None:
+        """A coordinator's internal topic, on first use. On a single node: at once. In a cluster: written to
+        ZooKeeper with the configured replication factor; like Kafka, refused (COORDINATOR_NOT_AVAILABLE, which
+        clients retry) while fewer brokers are alive than that factor."""
+        if not self.replicated:
+            registry = self.registry
+            assert isinstance(registry, TopicRegistry)
+            registry.add(name, partitions, configs, internal=True)
+            for p in range(partitions):
+                self.replicas.add_local(self.log_manager.get_or_create_log(name, p))
+            log.info("created internal topic %s with %d partitions", name, partitions)
+            return
+        cluster = self.cluster
+        assert cluster is not None
+        live = len(cluster.brokers)
+        if live < replication_factor:
+            raise CoordinatorNotAvailableError(
+                f"Number of alive brokers '{live}' does not meet the required replication factor "
+                f"'{replication_factor}' for the internal topic {name}: start more brokers or lower the "
+                "topic's replication factor setting")
+        if min_isr is not None:
+            configs = {**configs, "min.insync.replicas": str(min_isr)}
+        try:
+            self._create_topic_in_zk(name, partitions, replication_factor, configs, validate_only=False,
+                                     internal=True)
+        except TopicExistsError:
+            pass  # another broker created it first
+
+    def on_leadership(self, topic: str, partition: int, leader: bool, leader_epoch: int) -> None:
+        """The replica manager saw this broker gain or lose the leadership of a partition: the coordinators
+        load or unload the partitions of their internal topics."""
+        if topic == OFFSETS_TOPIC:
+            self.groups.on_leadership(partition, leader, leader_epoch)
+        elif topic == TXN_STATE_TOPIC:
+            self.txns.on_leadership(partition, leader, leader_epoch)
+
     async def wait_for_topic(self, name: str, *, partitions: int | None = None, exists: bool = True,
                              timeout_ms: int = 30_000) -> bool:
         """Cluster mode: wait (bounded) until this broker sees the topic with a leader for each partition
@@ -409,13 +453,15 @@ class Broker:
         return self.replicas.append(topic, partition, records)[1]
 
     def append_txn_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int, commit: bool,
-                          coordinator_epoch: int) -> None:
+                          coordinator_epoch: int) -> Partition:
         """End a producer's transaction in one partition: append its COMMIT or ABORT marker (fenced by
         epoch and coordinator epoch in the log), settle its pending offsets if the partition is one of
         ``__consumer_offsets``, and wake the fetches the moved last stable offset may release."""
-        self.replicas.append_marker(topic, partition, producer_id, producer_epoch, commit, coordinator_epoch)
+        part, _ = self.replicas.append_marker(topic, partition, producer_id, producer_epoch, commit,
+                                              coordinator_epoch)
         if topic == OFFSETS_TOPIC:
             self.groups.complete_txn(partition, producer_id, commit)
+        return part
 
     # -- long polls ------------------------------------------------------------------------------
 

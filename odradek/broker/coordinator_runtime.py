@@ -11,6 +11,9 @@ coordinator a clock and a log; this base holds the mechanics that do not depend 
 - Growth: each partition is rewritten to its live state once it has grown by more than a segment and
   twice its live state since the last rewrite (``due_for_rewrite``, ``rewritten``).
 - ``stored_batches``: the batches of a partition in [start, end), read in chunks, for replay at load.
+- In a cluster: loading and unloading follow the leadership of the topic's partitions (load generations
+  keep a superseded load from finishing), and replies to a write wait until it is committed
+  (``deliver_when_replicated``; ``offsets.commit.timeout.ms``).
 
 Invariants: a reply reaches only a request still waiting for its ticket; growth after a failed rewrite
 counts the whole partition as live, so a failing rewrite is not retried after every write.
@@ -28,7 +31,9 @@ from typing import TYPE_CHECKING, Any
 from odradek.coordinator.group.effects import Effects, Reply
 from odradek.coordinator.group.model import Ticket
 from odradek.protocol.batch import BatchHeader
+from odradek.protocol.errors import ErrorCode
 from odradek.protocol.records import iter_batches
+from odradek.replica.partition import Partition
 from odradek.storage.log import Log
 
 if TYPE_CHECKING:
@@ -53,23 +58,69 @@ class CoordinatorRuntime:
         self._futures: dict[Ticket, asyncio.Future[Any]] = {}
         self._tickets = itertools.count(1)
         self._growth: dict[int, _Growth] = {}
+        self._load_gens: dict[int, int] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.commit_timeout_ms = 5000  # offsets.commit.timeout.ms
 
     def now(self) -> int:
         return self.broker.clock.milliseconds()
 
-    def create_topic(self, num_partitions: int) -> int:
-        """Create the internal topic unless it exists; its partition count (the topic's own if it existed)."""
+    def create_topic(self, num_partitions: int, *, replication_factor: int = 1, min_isr: int | None = None) -> int:
+        """Create the internal topic unless it exists; its partition count (the topic's own if it existed).
+
+        In a cluster the topic appears once ZooKeeper's watches bring it back; until then this answers the
+        count it asked for, and requests are NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE (clients retry)."""
         b = self.broker
         if b.registry.get(self.topic) is None:
             configs = {"retention.ms": "-1", "retention.bytes": "-1", "segment.bytes": str(self.segment_bytes),
                        "max.message.bytes": str(max(self.segment_bytes, 1 << 20))}
-            b.registry.add(self.topic, num_partitions, configs, internal=True)
-            for p in range(num_partitions):
-                b.replicas.add_local(b.log_manager.get_or_create_log(self.topic, p))
-            log.info("created internal topic %s with %d partitions", self.topic, num_partitions)
+            b.create_internal_topic(self.topic, num_partitions, configs, replication_factor=replication_factor,
+                                    min_isr=min_isr)
         topic = b.registry.get(self.topic)
-        assert topic is not None
-        return topic.partitions
+        return topic.partitions if topic is not None else num_partitions
+
+    # -- leadership (cluster) ------------------------------------------------------------------------
+
+    def next_load(self, partition: int) -> int:
+        """A new load generation for ``partition``: a load still running for an older one must not finish."""
+        gen = self._load_gens.get(partition, 0) + 1
+        self._load_gens[partition] = gen
+        return gen
+
+    def load_current(self, partition: int, gen: int) -> bool:
+        return self._load_gens.get(partition) == gen
+
+    def spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def deliver_when_replicated(self, part: Partition | None, end_offset: int, replies: list[Reply],
+                                on_failure: Callable[[ErrorCode], list[Reply]] | None,
+                                then: Callable[[], None] | None = None) -> None:
+        """Send ``replies`` once the high watermark covers ``end_offset`` (at once on a single node); if the
+        write is not committed in time or leadership moves, send ``on_failure``'s replies instead."""
+        if part is None or not part.replicated or part.high_watermark >= end_offset:
+            self.deliver(replies)
+            if then is not None:
+                then()
+            return
+        fut = part.wait_for_offset(end_offset)
+
+        async def wait() -> None:
+            try:
+                code = await asyncio.wait_for(asyncio.shield(fut), self.commit_timeout_ms / 1000)
+            except TimeoutError:
+                code = ErrorCode.REQUEST_TIMED_OUT
+            if code is ErrorCode.NONE:
+                self.deliver(replies)
+                if then is not None:
+                    then()
+            elif on_failure is not None:
+                self.deliver(on_failure(replication_error(code)))
+            else:
+                self.deliver(replies)
+        self.spawn(wait())
 
     # -- waiting requests ----------------------------------------------------------------------------
 
@@ -135,3 +186,10 @@ def stored_batches(lg: Log, start: int, end: int) -> Iterator[tuple[memoryview, 
             last = header.last_offset
             yield data, pos, header
         offset = max(last + 1, offset + 1)
+
+
+def replication_error(code: ErrorCode) -> ErrorCode:
+    """What a coordinator's client is told when its write was not committed (Kafka's mapping)."""
+    if code is ErrorCode.NOT_LEADER_OR_FOLLOWER:
+        return ErrorCode.NOT_COORDINATOR
+    return ErrorCode.COORDINATOR_NOT_AVAILABLE

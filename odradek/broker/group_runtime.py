@@ -60,6 +60,7 @@ from odradek.coordinator.group.records import (
 from odradek.protocol.batch import NO_SEQUENCE
 from odradek.protocol.errors import CorruptRecordError, ErrorCode, KafkaError
 from odradek.protocol.records import ControlType, Header, RecordInput, build_batch, decode_records, parse_control_key
+from odradek.replica.partition import Partition
 from odradek.storage.log import Log
 
 if TYPE_CHECKING:
@@ -109,18 +110,69 @@ class GroupRuntime(CoordinatorRuntime):
                 log.info("loaded %d records of %s-%d", len(entries), OFFSETS_TOPIC, p)
 
     def ensure_started(self) -> GroupCoordinator:
-        """The coordinator, creating ``__consumer_offsets`` on first use (as Kafka's FindCoordinator does)."""
+        """The coordinator, creating ``__consumer_offsets`` on first use (as Kafka's FindCoordinator does).
+
+        In a cluster it owns no partition until this broker leads one (``on_leadership``)."""
         if self.coordinator is None:
-            partitions = self.create_topic(self.config.num_partitions)
+            b = self.broker
+            cfg = b.config
+            partitions = self.create_topic(self.config.num_partitions,
+                                           replication_factor=cfg.offsets_topic_replication_factor)
             self.coordinator = GroupCoordinator(self.config, partitions)
-            for p in range(partitions):
-                self.reset_growth(p)
+            if b.replicated:
+                self.coordinator.owned = set()
+            else:
+                for p in range(partitions):
+                    self.reset_growth(p)
         return self.coordinator
+
+    def on_leadership(self, partition: int, leader: bool, leader_epoch: int) -> None:
+        """Cluster: load ``partition`` when this broker becomes its leader, unload it when it stops."""
+        if leader:
+            coord = self.coordinator
+            if coord is None:
+                topic = self.broker.registry.get(OFFSETS_TOPIC)
+                coord = self.coordinator = GroupCoordinator(
+                    self.config, topic.partitions if topic is not None else self.config.num_partitions)
+                coord.owned = set()
+            assert coord.owned is not None
+            coord.owned.add(partition)
+            coord.begin_load(partition)
+            gen = self.next_load(partition)
+            self.spawn(self._load_one(partition, gen))
+            return
+        self.next_load(partition)
+        coord = self.coordinator
+        if coord is not None and coord.owned is not None and partition in coord.owned:
+            tickets = coord.unload(partition)
+            self.deliver([(t, {"error_code": ErrorCode.NOT_COORDINATOR}) for t in tickets])
+            log.info("%s-%d: no longer its leader: its groups moved to another coordinator", OFFSETS_TOPIC,
+                     partition)
+
+    async def _load_one(self, p: int, gen: int) -> None:
+        coord = self.coordinator
+        assert coord is not None
+        lg = self.broker.get_log(OFFSETS_TOPIC, p)
+        end = lg.next_offset
+        entries = await asyncio.to_thread(read_entries, lg, lg.log_start_offset, end)
+        if not self.load_current(p, gen):
+            return
+        entries += read_entries(lg, end, lg.next_offset)
+        for entry in entries:
+            coord.replay_entry(p, entry)
+        coord.finish_load(p, self.now())
+        self.reset_growth(p)
+        log.info("loaded %d records of %s-%d as its leader", len(entries), OFFSETS_TOPIC, p)
 
     def view(self) -> GroupCoordinator:
         """The coordinator for requests that create nothing (heartbeats, describes, lists, fetches): before
         ``__consumer_offsets`` exists, an empty one, so that they do not create the topic as a side effect."""
-        return self.coordinator or GroupCoordinator(self.config, self.config.num_partitions)
+        if self.coordinator is not None:
+            return self.coordinator
+        empty = GroupCoordinator(self.config, self.config.num_partitions)
+        if self.broker.replicated:
+            empty.owned = set()
+        return empty
 
     def shutdown(self) -> None:
         """Answer every waiting JoinGroup/SyncGroup with NOT_COORDINATOR (the broker is going away)."""
@@ -157,8 +209,9 @@ class GroupRuntime(CoordinatorRuntime):
         coord = self.coordinator
         assert coord is not None
         try:
-            first = self._append(write.partition, [(encode_key(k), encode_value(v)) for k, v in write.records],
-                                 producer_id=write.producer_id, producer_epoch=write.producer_epoch)
+            first, part, end = self._append(write.partition,
+                                            [(encode_key(k), encode_value(v)) for k, v in write.records],
+                                            producer_id=write.producer_id, producer_epoch=write.producer_epoch)
         except KafkaError as e:
             log.error("could not write %d records to %s-%d: %s", len(write.records), OFFSETS_TOPIC, write.partition,
                       e.message)
@@ -167,12 +220,13 @@ class GroupRuntime(CoordinatorRuntime):
             return
         for i, (key, value) in enumerate(write.records):
             coord.replay(key, value, record_offset=first + i, producer_id=write.producer_id)
-        self.deliver(write.replies)
-        self._maybe_rewrite(write.partition)
+        self.deliver_when_replicated(part, end, write.replies, write.on_failure,
+                                     then=lambda: self._maybe_rewrite(write.partition))
 
     def _append(self, partition: int, records: list[RecordInput] | list[tuple[bytes, bytes | None]], *,
-                producer_id: int = NO_PRODUCER_ID, producer_epoch: int = -1) -> int:
-        """Append encoded records as one append; returns the offset of the first (the rest follow on)."""
+                producer_id: int = NO_PRODUCER_ID, producer_epoch: int = -1) -> tuple[int, Partition, int]:
+        """Append encoded records as one append, as the partition's leader: (offset of the first — the rest
+        follow on —, the partition, the offset after the last)."""
         now = self.now()
         if producer_id != NO_PRODUCER_ID:  # one transactional batch, as Kafka writes a TxnOffsetCommit
             batches = [build_batch(records, base_timestamp=now, producer_id=producer_id,
@@ -180,7 +234,8 @@ class GroupRuntime(CoordinatorRuntime):
         else:
             batches = [build_batch(records[i:i + _BATCH_RECORDS], base_timestamp=now)
                        for i in range(0, len(records), _BATCH_RECORDS)]
-        return self.broker.append(OFFSETS_TOPIC, partition, b"".join(batches)).first_offset
+        part, info = self.broker.replicas.append(OFFSETS_TOPIC, partition, b"".join(batches))
+        return info.first_offset, part, info.last_offset + 1
 
     # -- transaction markers -----------------------------------------------------------------------
 
@@ -202,8 +257,8 @@ class GroupRuntime(CoordinatorRuntime):
 
     def _maybe_rewrite(self, partition: int) -> None:
         coord = self.coordinator
-        if coord is None or partition in coord.loading or not self.due_for_rewrite(partition):
-            return
+        if coord is None or partition in coord.loading or self.broker.replicated or not self.due_for_rewrite(partition):
+            return  # in a cluster the log cleaner's compaction will keep the topic bounded (not yet: it grows)
         self.rewrite(partition)
 
     def rewrite(self, partition: int) -> None:
@@ -253,6 +308,8 @@ def _coordinator_error(code: ErrorCode) -> ErrorCode:
         return code
     if code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE):
         return ErrorCode.UNKNOWN_SERVER_ERROR
+    if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
+        return ErrorCode.NOT_COORDINATOR
     return ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 

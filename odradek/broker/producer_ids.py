@@ -5,6 +5,10 @@ current block in ``producer-id-block`` in the first data directory (written atom
 handed out only below a durable block end; a restart starts at the stored end, so ids of the block
 in use at a crash are skipped, never reused. Ids fit Kafka's int64 and start at 0.
 
+In a ZooKeeper cluster, ``ZkProducerIdAllocator`` claims blocks from ``/latest_producer_id_block`` instead
+(a conditional update, as Kafka's ZkProducerIdManager): blocks of different brokers never overlap, and a
+restarted broker claims a fresh block, so no id is ever handed out twice cluster-wide.
+
 Invariants:
 - Every id returned is larger than every id returned before, in this process or an earlier one.
 - The file is replaced atomically (``checkpoint.write_atomically``); a missing file means a fresh
@@ -15,6 +19,7 @@ Invariants:
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from odradek.protocol.errors import StorageError
@@ -42,6 +47,24 @@ class ProducerIdAllocator:
                 end = self._next + self.block_size
                 write_atomically(self.path, f"{end}\n".encode())
                 self._block_end = end
+            pid = self._next
+            self._next += 1
+            return pid
+
+
+class ZkProducerIdAllocator:
+    """Producer ids from blocks claimed in ZooKeeper (one ZooKeeper round trip per ``block_size`` ids)."""
+
+    def __init__(self, claim: Callable[[int], tuple[int, int]], block_size: int = BLOCK_SIZE) -> None:
+        self._claim = claim
+        self.block_size = block_size
+        self._lock = threading.Lock()
+        self._next = self._block_end = 0
+
+    def next_producer_id(self) -> int:
+        with self._lock:
+            if self._next >= self._block_end:
+                self._next, self._block_end = self._claim(self.block_size)
             pid = self._next
             self._next += 1
             return pid

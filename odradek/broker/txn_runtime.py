@@ -35,14 +35,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from odradek.broker.coordinator_runtime import CoordinatorRuntime, stored_batches
+from odradek.broker.coordinator_runtime import CoordinatorRuntime, replication_error, stored_batches
 from odradek.coordinator.group.model import Ticket
 from odradek.coordinator.txn.config import TxnConfig
 from odradek.coordinator.txn.coordinator import TransactionCoordinator
 from odradek.coordinator.txn.effects import Effects, Record, TxnMarkers, Write
 from odradek.coordinator.txn.records import TxnRecordError, decode_record, encode_key, encode_value
+from odradek.protocol import apis
 from odradek.protocol.errors import ErrorCode, KafkaError, UnknownTopicError
 from odradek.protocol.records import build_batch, decode_records
+from odradek.replica.partition import Partition
 from odradek.storage.log import Log
 
 if TYPE_CHECKING:
@@ -61,6 +63,7 @@ class _Outstanding:
 
     markers: TxnMarkers
     left: list[tuple[str, int]] = field(default_factory=list)
+    sending: bool = False  # cluster: a WriteTxnMarkers round is in flight
 
 
 class TxnRuntime(CoordinatorRuntime):
@@ -101,14 +104,64 @@ class TxnRuntime(CoordinatorRuntime):
                 log.info("loaded %d records of %s-%d", len(records), TXN_STATE_TOPIC, p)
 
     def ensure_started(self) -> TransactionCoordinator:
-        """The coordinator, creating ``__transaction_state`` on first use."""
+        """The coordinator, creating ``__transaction_state`` on first use (in a cluster it owns no partition
+        until this broker leads one: ``on_leadership``)."""
         if self.coordinator is None:
-            self.coordinator = self._new_coordinator(self.create_topic(self.config.num_partitions))
+            cfg = self.broker.config
+            partitions = self.create_topic(self.config.num_partitions,
+                                           replication_factor=cfg.transaction_state_log_replication_factor,
+                                           min_isr=cfg.transaction_state_log_min_isr)
+            self.coordinator = self._new_coordinator(partitions)
+            if self.broker.replicated:
+                self.coordinator.owned = set()
         return self.coordinator
 
     def view(self) -> TransactionCoordinator:
         """The coordinator for read-only requests: before the topic exists, an empty one (nothing is created)."""
-        return self.coordinator or self._new_coordinator(self.config.num_partitions)
+        if self.coordinator is not None:
+            return self.coordinator
+        empty = self._new_coordinator(self.config.num_partitions)
+        if self.broker.replicated:
+            empty.owned = set()
+        return empty
+
+    def on_leadership(self, partition: int, leader: bool, leader_epoch: int) -> None:
+        """Cluster: load ``partition`` when this broker becomes its leader (the coordinator epoch is the leader
+        epoch, which fences markers of an older coordinator), unload it when it stops."""
+        if leader:
+            coord = self.coordinator
+            if coord is None:
+                topic = self.broker.registry.get(TXN_STATE_TOPIC)
+                coord = self.coordinator = self._new_coordinator(
+                    topic.partitions if topic is not None else self.config.num_partitions)
+                coord.owned = set()
+            assert coord.owned is not None
+            coord.owned.add(partition)
+            coord.begin_load(partition, leader_epoch)
+            gen = self.next_load(partition)
+            self.spawn(self._load_one(partition, gen))
+            return
+        self.next_load(partition)
+        coord = self.coordinator
+        if coord is not None and coord.owned is not None and partition in coord.owned:
+            coord.unload(partition)
+            for tid in [t for t in self._outstanding if coord.partition_of(t) == partition]:
+                del self._outstanding[tid]  # the next coordinator writes them again
+            log.info("%s-%d: no longer its leader: its transactional ids moved to another coordinator",
+                     TXN_STATE_TOPIC, partition)
+
+    async def _load_one(self, p: int, gen: int) -> None:
+        coord = self.coordinator
+        assert coord is not None
+        lg = self.broker.get_log(TXN_STATE_TOPIC, p)
+        records = await asyncio.to_thread(read_records, lg)
+        if not self.load_current(p, gen):
+            return
+        for key, value in records:
+            coord.replay(key, value)
+        self.reset_growth(p)
+        self.apply(coord.finish_load(p, self.now()))
+        log.info("loaded %d records of %s-%d as its leader", len(records), TXN_STATE_TOPIC, p)
 
     def shutdown(self) -> None:
         """Answer every waiting request with NOT_COORDINATOR (the broker is going away)."""
@@ -145,23 +198,28 @@ class TxnRuntime(CoordinatorRuntime):
         coord = self.coordinator
         assert coord is not None
         try:
-            self._append(write.partition, write.records)
+            part, end = self._append(write.partition, write.records)
         except KafkaError as e:
             log.error("could not write %d records to %s-%d: %s", len(write.records), TXN_STATE_TOPIC,
                       write.partition, e.message)
             if write.on_failure is not None:
-                self.deliver(write.on_failure(e.code))
+                self.deliver(write.on_failure(replication_error(e.code) if self.broker.replicated else e.code))
             return
         for key, value in write.records:
             coord.replay(key, value)
-        self.deliver(write.replies)
-        for markers in write.markers:
-            self._start_markers(markers)
-        self._maybe_rewrite(write.partition)
 
-    def _append(self, partition: int, records: list[Record]) -> None:
+        def committed() -> None:
+            for markers in write.markers:
+                self._start_markers(markers)
+            self._maybe_rewrite(write.partition)
+        self.deliver_when_replicated(part, end, write.replies, write.on_failure, then=committed)
+
+    def _append(self, partition: int, records: list[Record]) -> tuple[Partition, int]:
+        """Append as the partition's leader: (the partition, the offset after the write)."""
         encoded = [(encode_key(k), encode_value(v)) for k, v in records]
-        self.broker.append(TXN_STATE_TOPIC, partition, build_batch(encoded, base_timestamp=self.now()))
+        part, info = self.broker.replicas.append(TXN_STATE_TOPIC, partition,
+                                                 build_batch(encoded, base_timestamp=self.now()))
+        return part, info.last_offset + 1
 
     # -- markers ---------------------------------------------------------------------------------
 
@@ -171,6 +229,9 @@ class TxnRuntime(CoordinatorRuntime):
 
     def _write_markers(self, transactional_id: str) -> None:
         """Write what is left of one transaction's markers; once all are written, report it."""
+        if self.broker.replicated:
+            self._send_markers(transactional_id)
+            return
         out = self._outstanding[transactional_id]
         m = out.markers
         while out.left:
@@ -201,6 +262,77 @@ class TxnRuntime(CoordinatorRuntime):
                       m.producer_epoch, e.message)
             return
 
+    def _send_markers(self, transactional_id: str) -> None:
+        """Cluster: send WriteTxnMarkers to the leaders of the partitions still to be marked (this broker's
+        own included, through the same path), one request per leader; what fails is retried by ``tick``."""
+        out = self._outstanding.get(transactional_id)
+        if out is None or out.sending:
+            return
+        if not out.left:
+            self._markers_done(transactional_id)
+            return
+        out.sending = True
+        self.spawn(self._send_markers_async(transactional_id, out))
+
+    async def _send_markers_async(self, transactional_id: str, out: _Outstanding) -> None:
+        b = self.broker
+        m = out.markers
+        cluster = b.cluster
+        assert cluster is not None
+        by_leader: dict[int, list[tuple[str, int]]] = {}
+        for topic, partition in out.left:
+            state = cluster.states.get((topic, partition))
+            if b.registry.get(topic) is None:
+                by_leader.setdefault(-2, []).append((topic, partition))  # deleted: nothing to mark
+            elif state is not None and state.online:
+                by_leader.setdefault(state.leader, []).append((topic, partition))
+        done: set[tuple[str, int]] = set(by_leader.pop(-2, []))
+        try:
+            results = await asyncio.gather(*(self._send_to(leader, m, parts) for leader, parts in by_leader.items()),
+                                           return_exceptions=True)
+            for leader, result in zip(list(by_leader), results, strict=True):
+                if isinstance(result, BaseException):
+                    log.warning("transactional id %s: markers to broker %d failed (retrying): %s", transactional_id,
+                                leader, result)
+                    continue
+                done.update(result)
+        finally:
+            out.sending = False
+        if self._outstanding.get(transactional_id) is not out:
+            return  # unloaded meanwhile
+        out.left = [tp for tp in out.left if tp not in done]
+        if not out.left:
+            self._markers_done(transactional_id)
+
+    async def _send_to(self, leader: int, m: TxnMarkers, parts: list[tuple[str, int]]) -> set[tuple[str, int]]:
+        """Send one WriteTxnMarkers to ``leader``; the partitions it marked (or that need no marker)."""
+        topics: dict[str, list[int]] = {}
+        for topic, partition in parts:
+            topics.setdefault(topic, []).append(partition)
+        request = {"markers": [{"producer_id": m.producer_id, "producer_epoch": m.producer_epoch,
+                                "transaction_result": m.commit, "coordinator_epoch": m.coordinator_epoch,
+                                "topics": [{"name": t, "partition_indexes": ps} for t, ps in topics.items()]}]}
+        response = await self.broker.pool.send(leader, apis.WRITE_TXN_MARKERS, request, version=1)
+        done: set[tuple[str, int]] = set()
+        for marker in response.markers:
+            for t in marker.topics:
+                for p in t.partitions:
+                    code = ErrorCode(int(p.error_code))
+                    if code is ErrorCode.NONE or code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                        done.add((t.name, p.partition_index))
+                    elif code in _STALE_MARKER:
+                        log.error("transactional id %s: %s-%d refused the marker as stale (%s); a newer decision "
+                                  "already reached it", m.transactional_id, t.name, p.partition_index, code.name)
+                        done.add((t.name, p.partition_index))
+        return done
+
+    def _markers_done(self, transactional_id: str) -> None:
+        out = self._outstanding.pop(transactional_id)
+        m = out.markers
+        coord = self.coordinator
+        if coord is not None:
+            self.apply(coord.markers_written(transactional_id, m.producer_id, m.producer_epoch, now=self.now()))
+
     def outstanding_markers(self) -> dict[str, list[tuple[str, int]]]:
         """Transactional id -> partitions whose marker is not written yet (for operators and tests)."""
         return {tid: list(o.left) for tid, o in self._outstanding.items()}
@@ -208,7 +340,7 @@ class TxnRuntime(CoordinatorRuntime):
     # -- keeping the topic bounded ----------------------------------------------------------------
 
     def _maybe_rewrite(self, partition: int) -> None:
-        if self.due_for_rewrite(partition):
+        if not self.broker.replicated and self.due_for_rewrite(partition):
             self.rewrite(partition)
 
     def rewrite(self, partition: int) -> None:

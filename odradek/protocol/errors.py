@@ -239,3 +239,7 @@ class StaleBrokerEpochError(KafkaError):
 
 class BrokerNotAvailableError(KafkaError):
     code = ErrorCode.BROKER_NOT_AVAILABLE
+
+
+class CoordinatorNotAvailableError(KafkaError):
+    code = ErrorCode.COORDINATOR_NOT_AVAILABLE

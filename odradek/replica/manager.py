@@ -54,6 +54,8 @@ class ReplicaManager:
         self._isr_tasks: dict[TopicPartition, asyncio.Task[None]] = {}
         # called when the set of followed partitions (leader or epoch) changes: the fetcher re-plans
         self.on_followers_changed: Callable[[], None] | None = None
+        # called with (topic, partition, leads now, leader epoch) when this broker gains or loses a leadership
+        self.on_leadership: Callable[[str, int, bool, int], None] | None = None
 
     # -- lookup --------------------------------------------------------------------------------------
 
@@ -95,37 +97,52 @@ class ReplicaManager:
         part = self._partitions.get(tp)
         if self.local_id not in replicas:
             if part is not None:
-                part.make_none("not a replica any more")
-                self._partitions.pop(tp, None)
-                self._followers_changed()
+                self.remove(topic, partition, delete=False)
             return
         if part is not None and part.state is not None and state.leader_epoch < part.state.leader_epoch:
             return  # a late event
         if part is None:
             lg = self.log_manager.get_or_create_log(topic, partition)
             part = self._partitions[tp] = Partition(lg, self.local_id, replicated=True)
+        was_leader = part.is_leader
         if state.leader == self.local_id:
             if part.make_leader(state, replicas, self.clock.milliseconds()):
                 self._followers_changed()
+                self._leadership(part, True)
             self.notify(topic, partition)
         else:
             if part.make_follower(state, replicas):
                 self._followers_changed()
+                if was_leader:
+                    self._leadership(part, False)
+
+    def _leadership(self, part: Partition, leader: bool) -> None:
+        if self.on_leadership is not None:
+            try:
+                self.on_leadership(part.topic, part.index, leader, part.leader_epoch)
+            except Exception:
+                log.exception("%s: reacting to the change of leadership failed", part.name)
 
     def remove(self, topic: str, partition: int, *, delete: bool) -> None:
         part = self._partitions.pop((topic, partition), None)
         if part is not None:
+            was_leader = part.is_leader
             part.make_none("removed")
             self._followers_changed()
+            if was_leader:
+                self._leadership(part, False)
         if delete and self.log_manager.get_log(topic, partition) is not None:
             self.log_manager.delete_log(topic, partition)
         self.notify(topic, partition)
 
     def stop_all(self, reason: str) -> None:
         """This broker can lead or follow nothing (lost ZooKeeper session, shutdown)."""
-        for part in self._partitions.values():
+        for part in list(self._partitions.values()):
+            was_leader = part.is_leader
             part.make_none(reason)
             part.state = None
+            if was_leader:
+                self._leadership(part, False)
         self._followers_changed()
 
     def _followers_changed(self) -> None:

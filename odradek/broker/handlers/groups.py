@@ -9,7 +9,7 @@ from typing import Any
 
 from odradek.broker.context import RequestContext
 from odradek.protocol.entities import millis
-from odradek.protocol.errors import ErrorCode
+from odradek.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
 
@@ -35,14 +35,12 @@ def _coordinator(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]
         if not key:
             entry.update(error_code=E.INVALID_REQUEST, error_message="the group id is empty")
             return entry
-        b.groups.ensure_started()
-        entry.update(node_id=b.node_id, host=b.config.advertised_host, port=b.config.advertised_port)
+        _locate(ctx, entry, b.groups, b.groups.ensure_started, key)
     elif key_type == KEY_TYPE_TRANSACTION:
         if not key:
             entry.update(error_code=E.INVALID_REQUEST, error_message="the transactional id is empty")
             return entry
-        b.txns.ensure_started()
-        entry.update(node_id=b.node_id, host=b.config.advertised_host, port=b.config.advertised_port)
+        _locate(ctx, entry, b.txns, b.txns.ensure_started, key)
     else:
         entry.update(error_code=E.INVALID_REQUEST, error_message=f"unknown coordinator key type {key_type}")
     return entry
@@ -56,6 +54,33 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> dict[str
     entry = _coordinator(ctx, request.key, key_type)
     del entry["key"]
     return {"throttle_time": 0, **entry}
+
+
+def _locate(ctx: RequestContext, entry: dict[str, Any], runtime: Any, ensure_started: Any, key: str) -> None:
+    """Fill ``entry`` with the coordinator of ``key``: this broker on a single node; in a cluster, the leader of
+    the key's partition of the internal topic (COORDINATOR_NOT_AVAILABLE while it has none)."""
+    b = ctx.broker
+    try:
+        coord = ensure_started()
+    except KafkaError as e:
+        entry.update(error_code=e.code, error_message=e.message)
+        return
+    cluster = b.cluster
+    if cluster is None:
+        entry.update(node_id=b.node_id, host=b.config.advertised_host, port=b.config.advertised_port)
+        return
+    partition = coord.partition_of(key)
+    state = cluster.states.get((runtime.topic, partition))
+    reg = cluster.brokers.get(state.leader) if state is not None else None
+    if reg is None:
+        entry.update(error_code=E.COORDINATOR_NOT_AVAILABLE,
+                     error_message=f"{runtime.topic}-{partition} has no leader yet: retry")
+        return
+    try:
+        endpoint = reg.endpoint(b.config.listener.name)
+    except KeyError:
+        endpoint = reg.endpoint()
+    entry.update(node_id=reg.broker_id, host=endpoint.host, port=endpoint.port)
 
 
 # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ------------------------------------------------

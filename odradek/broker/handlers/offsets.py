@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from odradek.broker.context import RawResponse, RequestContext
+from odradek.broker.handlers.produce import verify_with_coordinator
 from odradek.coordinator.group.model import OffsetEntry
 from odradek.coordinator.group.offsets import CommitRequest
 from odradek.coordinator.group.records import OFFSETS_TOPIC, partition_for
@@ -70,7 +71,7 @@ _VERIFY_RETRIABLE = (E.CONCURRENT_TRANSACTIONS, E.COORDINATOR_LOAD_IN_PROGRESS, 
                      E.NOT_COORDINATOR)
 
 
-def _txn_verification_error(ctx: RequestContext, request: Any) -> ErrorCode | None:
+async def _txn_verification_error(ctx: RequestContext, request: Any) -> ErrorCode | None:
     """KIP-890 part 1: the group's offsets partition must be in the producer's ongoing transaction before the
     producer's first offsets in it (AddOffsetsToTxn puts it there); None if so, else the error to answer."""
     b = ctx.broker
@@ -78,10 +79,11 @@ def _txn_verification_error(ctx: RequestContext, request: Any) -> ErrorCode | No
         return None
     groups = b.groups.ensure_started()
     partition = partition_for(request.group_id, groups.num_partitions)
-    if b.get_log(OFFSETS_TOPIC, partition).ongoing_transaction_first_offset(request.producer_id) is not None:
+    part = b.replicas.get(OFFSETS_TOPIC, partition)
+    if part is not None and part.log.ongoing_transaction_first_offset(request.producer_id) is not None:
         return None
-    error = b.txns.view().verify_partitions(request.transactional_id, request.producer_id, request.producer_epoch,
-                                            [(OFFSETS_TOPIC, partition)])[(OFFSETS_TOPIC, partition)]
+    error = await verify_with_coordinator(ctx, request.transactional_id, request.producer_id, request.producer_epoch,
+                                          OFFSETS_TOPIC, partition)
     if error is E.NONE:
         return None
     if error in _VERIFY_RETRIABLE:
@@ -93,7 +95,7 @@ def _txn_verification_error(ctx: RequestContext, request: Any) -> ErrorCode | No
 
 async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> dict[str, Any]:
     offsets = _commit_requests(request)
-    unverified = _txn_verification_error(ctx, request)
+    unverified = await _txn_verification_error(ctx, request)
     if unverified is not None:
         return {"throttle_time": 0, "topics": _grouped({(t, p): unverified for t, p, *_ in offsets})}
     exists = _partition_exists(ctx)

@@ -21,7 +21,8 @@ import logging
 from typing import Any
 
 from odradek.broker.context import CloseConnection, RawResponse, RequestContext
-from odradek.protocol import produce_response
+from odradek.broker.txn_runtime import TXN_STATE_TOPIC
+from odradek.protocol import apis, produce_response
 from odradek.protocol.batch import HEADER_SIZE, TRANSACTIONAL_BIT, parse_header
 from odradek.protocol.entities import millis
 from odradek.protocol.errors import ErrorCode, KafkaError
@@ -56,7 +57,8 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse | None:
                 result.error_code = ErrorCode.CORRUPT_MESSAGE
                 result.error_message = "the record set is null"
             elif (request.transactional_id is not None and b.config.txn_partition_verification
-                  and (unverified := _verify(ctx, request.transactional_id, topic.name, pd.index, pd.records))):
+                  and (unverified := await _verify(ctx, request.transactional_id, topic.name, pd.index,
+                                                   pd.records))):
                 result.error_code, result.error_message = unverified
             else:
                 try:
@@ -88,6 +90,39 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse | None:
     return RawResponse([produce_response.encode(ctx.version, responses)])
 
 
+async def verify_with_coordinator(ctx: RequestContext, transactional_id: str, producer_id: int, producer_epoch: int,
+                                  topic: str, partition: int) -> ErrorCode:
+    """Whether the partition is in the producer's ongoing transaction, as its transaction coordinator says:
+    in-process when this broker coordinates the id (always on a single node), else an AddPartitionsToTxn
+    ``verify_only`` request to the coordinator (KIP-890), as Kafka's brokers ask."""
+    b = ctx.broker
+    view = b.txns.view()
+    cluster = b.cluster
+    if cluster is None or view.owned is None or view.partition_of(transactional_id) in view.owned:
+        return view.verify_partitions(transactional_id, producer_id, producer_epoch,
+                                      [(topic, partition)])[(topic, partition)]
+    state = cluster.states.get((TXN_STATE_TOPIC, view.partition_of(transactional_id)))
+    if state is None or not state.online:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    request = {"transactions": [{"transactional_id": transactional_id, "producer_id": producer_id,
+                                 "producer_epoch": producer_epoch, "verify_only": True,
+                                 "topics": [{"name": topic, "partitions": [partition]}]}]}
+    try:
+        response = await b.pool.send(state.leader, apis.ADD_PARTITIONS_TO_TXN, request, version=5)
+    except Exception as e:
+        log.info("verifying %s-%d with the transaction coordinator (broker %d) failed: %s", topic, partition,
+                 state.leader, e)
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if int(response.error_code):
+        return ErrorCode(int(response.error_code))
+    for txn in response.results_by_transaction:
+        for t in txn.topic_results:
+            for r in t.results_by_partition:
+                if t.name == topic and r.partition_index == partition:
+                    return ErrorCode(int(r.partition_error_code))
+    return ErrorCode.UNKNOWN_SERVER_ERROR
+
+
 _REPLICATION_FAILURES = {
     ErrorCode.REQUEST_TIMED_OUT: "{}: the write was not replicated to every in-sync replica within the request's "
                                  "timeout (it may still be committed later)",
@@ -101,8 +136,8 @@ _RETRIABLE = (ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.COORDINATOR_LOAD_IN_P
               ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR)
 
 
-def _verify(ctx: RequestContext, transactional_id: str, topic: str, partition: int,
-            records: bytes | bytearray | memoryview) -> tuple[ErrorCode, str] | None:
+async def _verify(ctx: RequestContext, transactional_id: str, topic: str, partition: int,
+                  records: bytes | bytearray | memoryview) -> tuple[ErrorCode, str] | None:
     """None if the record set may be appended as far as the transaction is concerned, else (error, message)."""
     if len(records) < HEADER_SIZE:
         return None  # malformed: the append's validation says why
@@ -113,8 +148,7 @@ def _verify(ctx: RequestContext, transactional_id: str, topic: str, partition: i
     part = b.replicas.get(topic, partition)
     if part is None or part.log.ongoing_transaction_first_offset(h.producer_id) is not None:
         return None  # verified when its transaction's first batch came
-    error = b.txns.view().verify_partitions(transactional_id, h.producer_id, h.producer_epoch,
-                                            [(topic, partition)])[(topic, partition)]
+    error = await verify_with_coordinator(ctx, transactional_id, h.producer_id, h.producer_epoch, topic, partition)
     if error is ErrorCode.NONE:
         return None
     if error in _RETRIABLE:

@@ -11,6 +11,8 @@ broker does not host, INVALID_PRODUCER_EPOCH for an epoch older than the produce
 TRANSACTION_COORDINATOR_FENCED for a coordinator epoch older than the producer's last marker's,
 KAFKA_STORAGE_ERROR if the append fails, INVALID_REQUEST for a negative producer id. A marker for a
 producer with no transaction open in the partition is written anyway and ends nothing (as in Kafka).
+In a cluster a marker is answered once it is committed (every in-sync replica has it), as Kafka appends
+markers with acks=all; NOT_LEADER_OR_FOLLOWER from a broker that does not lead the partition.
 """
 
 from __future__ import annotations
@@ -19,11 +21,15 @@ from typing import Any
 
 from odradek.broker.context import RequestContext
 from odradek.protocol.errors import ErrorCode, KafkaError
+from odradek.replica.partition import Partition
+
+MARKER_TIMEOUT_MS = 30_000  # request.timeout.ms of Kafka's marker channel
 
 
 async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> dict[str, Any]:
     b = ctx.broker
     markers = []
+    waits: list[tuple[dict[str, Any], Partition, int]] = []
     for m in request.markers:
         topics = []
         for t in m.topics:
@@ -32,13 +38,19 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> dict[st
                 if m.producer_id < 0:
                     parts.append({"partition_index": index, "error_code": ErrorCode.INVALID_REQUEST})
                     continue
+                entry = {"partition_index": index, "error_code": ErrorCode.NONE}
                 try:
-                    b.append_txn_marker(t.name, index, m.producer_id, m.producer_epoch, m.transaction_result,
-                                        m.coordinator_epoch)
-                    error = ErrorCode.NONE
+                    part = b.append_txn_marker(t.name, index, m.producer_id, m.producer_epoch, m.transaction_result,
+                                               m.coordinator_epoch)
+                    if part.replicated:
+                        waits.append((entry, part, part.log.next_offset))
                 except KafkaError as e:
-                    error = e.code
-                parts.append({"partition_index": index, "error_code": error})
+                    entry["error_code"] = e.code
+                parts.append(entry)
             topics.append({"name": t.name, "partitions": parts})
         markers.append({"producer_id": m.producer_id, "topics": topics})
+    if waits:  # as Kafka: a marker counts once it is committed (acks=all)
+        codes = await b.replicas.wait_replicated([(part, end) for _, part, end in waits], MARKER_TIMEOUT_MS)
+        for (entry, _, _), code in zip(waits, codes, strict=True):
+            entry["error_code"] = code
     return {"markers": markers}

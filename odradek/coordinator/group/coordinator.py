@@ -38,6 +38,19 @@ class GroupCoordinator(Membership, TxnOffsetOps):
         for group in self.groups_in(partition):  # a reload starts from nothing
             self.forget(group)
 
+    def unload(self, partition: int) -> list[Ticket]:
+        """This broker no longer leads ``partition``: forget its groups; the tickets of their waiting
+        JoinGroup/SyncGroup requests (to be answered NOT_COORDINATOR)."""
+        tickets = []
+        for group in self.groups_in(partition):
+            for m in group.members.values():
+                tickets.extend(t for t in (m.join_ticket, m.sync_ticket) if t is not None)
+            self.forget(group)
+        self.loading.discard(partition)
+        if self.owned is not None:
+            self.owned.discard(partition)
+        return tickets
+
     def finish_load(self, partition: int, now: int) -> None:
         self.loading.discard(partition)
         for group in self.groups_in(partition):

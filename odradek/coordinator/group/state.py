@@ -24,7 +24,8 @@ Invariants:
   group-partition drops its committed offset and every pending one; a group tombstone drops the
   group with all of its offsets, pending ones included. ``open_txns`` indexes which groups hold
   pending offsets of each (partition, producer), so a marker touches only those groups.
-- A partition in ``loading`` answers every group operation with COORDINATOR_LOAD_IN_PROGRESS.
+- A partition in ``loading`` answers every group operation with COORDINATOR_LOAD_IN_PROGRESS; in a cluster, a
+  partition not in ``owned`` (this broker does not lead it) answers NOT_COORDINATOR.
 - Timers are a heap of (deadline, seq, kind, group, member) checked lazily: an entry whose group,
   member or deadline changed since it was pushed is skipped or re-pushed when it comes due, so a
   heartbeat costs no heap operation.
@@ -66,6 +67,8 @@ class CoordinatorState:
         self.num_partitions = num_partitions
         self.groups: dict[str, Group] = {}
         self.loading: set[int] = set()
+        # the partitions this broker coordinates; None = all of them (a single node)
+        self.owned: set[int] | None = None
         self.open_txns: dict[tuple[int, int], set[str]] = {}  # (partition, producer id) -> groups with its offsets
         self._timers: list[tuple[int, int, str, str, str]] = []
         self._seq = itertools.count()
@@ -86,6 +89,8 @@ class CoordinatorState:
         """The error for any operation on ``group_id`` before looking at the group, or None."""
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID
+        if self.owned is not None and self.partition_of(group_id) not in self.owned:
+            return ErrorCode.NOT_COORDINATOR
         if self.partition_of(group_id) in self.loading:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         return None

@@ -62,6 +62,8 @@ class TransactionCoordinator(InitProducerIdOps, TransactionOps):
         """This broker no longer coordinates ``partition``: forget its ids (their markers may be dropped)."""
         self.loading.discard(partition)
         self.coordinator_epochs.pop(partition, None)
+        if self.owned is not None:
+            self.owned.discard(partition)
         self.forget(partition)
 
     # -- periodic work ------------------------------------------------------------------------------

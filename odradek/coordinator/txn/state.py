@@ -22,7 +22,8 @@ Invariants:
   leaves the id pending its Complete state (its markers must be written, by whoever wrote it or by
   the load that found it); any other value clears ``pending``. A tombstone (or a Dead value) removes
   the id. Every value clears ``fenced``, ``markers_done`` and ``completing`` for its id.
-- A partition in ``loading`` answers every operation on its ids with COORDINATOR_LOAD_IN_PROGRESS.
+- A partition in ``loading`` answers every operation on its ids with COORDINATOR_LOAD_IN_PROGRESS; in a
+  cluster, a partition not in ``owned`` (this broker does not lead it) answers NOT_COORDINATOR.
 - ``current(tid)`` is the metadata operations validate against: the durable metadata with a
   ``fenced`` epoch applied.
 """
@@ -47,6 +48,8 @@ class TxnCoordinatorState:
             raise ValueError(f"__transaction_state needs at least one partition, got {self.num_partitions}")
         self.txns: dict[str, TxnMetadata] = {}
         self.loading: set[int] = set()
+        # the partitions this broker coordinates; None = all of them (a single node)
+        self.owned: set[int] | None = None
         self.coordinator_epochs: dict[int, int] = {}
         self.pending: dict[str, TxnState] = {}
         self.fenced: dict[str, int] = {}
@@ -68,6 +71,8 @@ class TxnCoordinatorState:
         """The error for any operation on ``transactional_id`` before looking at its metadata, or None."""
         if not transactional_id:
             return ErrorCode.INVALID_REQUEST
+        if self.owned is not None and self.partition_of(transactional_id) not in self.owned:
+            return ErrorCode.NOT_COORDINATOR
         if self.partition_of(transactional_id) in self.loading:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         return None
