@@ -143,6 +143,7 @@ class Broker:
                                  cfg.replica_fetch_backoff_ms, cfg.replica_socket_timeout_ms),
             broker_epoch=lambda: member.broker_epoch, topic_id=member.topic_id, topic_name=member.topic_name)
         self.replicas.on_followers_changed = self.fetcher.replan
+        self.replicas.is_shutting_down = lambda b: (reg := member.brokers.get(b)) is not None and reg.shutting_down
         await member.start(cfg.cluster_id)
         zk = member.zk
         assert zk is not None
@@ -172,6 +173,37 @@ class Broker:
         for lg in self.log_manager.logs():
             if lg.topic == name:
                 lg.update_config(new)
+
+    async def controlled_shutdown(self) -> None:
+        """Before stopping (``controlled.shutdown.enable``): mark this broker as shutting down in its registration
+        and wait (bounded by ``controlled.shutdown.max.retries`` x ``controlled.shutdown.retry.backoff.ms``)
+        until the controller has moved every leadership that another in-sync replica can take."""
+        cluster = self.cluster
+        cfg = self.config
+        if cluster is None or cluster.zk is None or not cfg.controlled_shutdown_enable or not cluster.registered:
+            return
+        cluster.shutting_down = True
+        try:
+            await asyncio.to_thread(cluster.zk.update_broker, cluster.registration())
+        except Exception as e:
+            log.warning("controlled shutdown: could not tell the controller (%s); stopping without it", e)
+            return
+        log.info("controlled shutdown: asked the controller to move this broker's leaderships away")
+        loop = asyncio.get_running_loop()
+        retries = max(cfg.controlled_shutdown_max_retries, 1)
+        bound_s = retries * max(cfg.controlled_shutdown_retry_backoff_ms, 1000) / 1000
+        deadline = loop.time() + bound_s
+        while True:
+            movable = [tp for tp, s in cluster.states.items()
+                       if s.leader == self.node_id and any(r != self.node_id and r in cluster.brokers for r in s.isr)]
+            if not movable:
+                log.info("controlled shutdown: no movable leadership left here")
+                return
+            if loop.time() >= deadline:
+                log.warning("controlled shutdown: %d leaderships were not moved within %.0f s; stopping anyway",
+                            len(movable), bound_s)
+                return
+            await asyncio.sleep(0.02)
 
     async def stop_cluster(self) -> None:
         if getattr(self, "controller", None) is not None:

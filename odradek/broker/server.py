@@ -77,6 +77,8 @@ class Server:
         """Graceful shutdown (SIGTERM/SIGINT)."""
         if self._closing:
             return
+        if self.broker.replicated:
+            await self.broker.controlled_shutdown()  # still serving: clients follow the moved leaderships
         self._closing = True
         log.info("shutting down: no new connections, finishing in-flight requests")
         if self._server is not None:

@@ -223,9 +223,9 @@ def ensure_chroot(connect_string: str, chroot: str, timeout_s: float) -> None:
     client = KazooClient(hosts=connect_string, timeout=min(timeout_s, 10.0), logger=quiet)
     try:
         client.start(timeout=timeout_s)
-        client.ensure_path(chroot)
+        client.ensure_path_async(chroot).get(timeout=timeout_s)
     except KazooTimeoutError:
-        raise ClusterError(f"could not connect to ZooKeeper on {connect_string} within {timeout_s:g}s") from None
+        raise ClusterError(f"ZooKeeper on {connect_string} did not answer within {timeout_s:g}s") from None
     except KazooException as e:
         raise ClusterError(f"could not create {chroot} in ZooKeeper on {connect_string}: {e!r}") from None
     finally:

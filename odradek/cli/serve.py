@@ -93,13 +93,20 @@ def tune_allocator() -> bool:
 async def _serve(config: BrokerConfig) -> int:
     from odradek.broker.broker import Broker
     from odradek.broker.server import Server
+    from odradek.cluster.zk.layout import ZkError
     from odradek.protocol.errors import KafkaError
 
     server = Server(Broker(config))
     try:
         await server.start()
-    except (KafkaError, OSError) as e:
+    except (KafkaError, OSError, ZkError) as e:
+        # ZkError: ZooKeeper unreachable at zookeeper.connect, or this broker.id registered by another session.
         log.error("cannot start: %s", e)
+        if server.broker.replicated:
+            try:
+                await server.broker.stop_cluster()
+            except Exception as close_error:  # never hide the reason for not starting behind a second one
+                log.warning("while giving up: %s", close_error)
         server.broker.stop()
         return 1
     stop = asyncio.Event()

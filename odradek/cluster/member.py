@@ -16,7 +16,10 @@ Invariants:
 - A partition state older than the one in the image (lower znode version) is ignored.
 - The replicas are told a partition's state only while this broker is registered with a live session: a
   broker that lost its session leads and follows nothing until it has registered again (with a new broker
-  epoch), then re-applies every state it sees.
+  epoch), then re-applies every state it sees. Before registering again it re-reads every partition state, so
+  it never acts on a state from before its session ended (it would lead again, at an old epoch, partitions the
+  controller gave away meanwhile).
+- Every partition state watch starts with the znode's value at that moment (``_watch_state``).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from odradek.cluster.metadata import Topic, validate_topic_name
 from odradek.cluster.model import BrokerRegistration, Endpoint, LeaderAndIsr, TopicAssignment, TopicPartition
-from odradek.cluster.zk.client import ZkClient
+from odradek.cluster.zk.client import ZkClient, ZkDataError, ZkError
 from odradek.protocol.errors import (
     InvalidPartitionsError,
     InvalidReplicationFactorError,
@@ -45,6 +48,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+_WATCH_START_ATTEMPTS = 3
 
 
 class ClusterView:
@@ -147,11 +151,12 @@ class ClusterMember:
         names = zk.topic_names(watch=lambda n: self._dispatch(lambda: self._on_topic_names(n)))
         topics = {name: self._read_topic(name) for name in names}
         zk.config_changes(watch=lambda paths: self._dispatch(lambda: self._on_config_changes(paths)))
+        zk.topics_to_delete(watch=lambda names: self._dispatch(lambda: self._changed("deletions")))
 
         def install() -> None:
             self._on_brokers(brokers)
             self._on_controller(controller)
-            for name, (assignment, configs, states) in topics.items():
+            for assignment, configs, states in topics.values():
                 if assignment is not None:
                     self._install_topic(assignment, configs, states)
         done = asyncio.run_coroutine_threadsafe(_call(install), self._loop) if self._loop else None
@@ -176,11 +181,33 @@ class ClusterMember:
             tp = (name, p)
             if tp not in self._watched_states:
                 self._watched_states.add(tp)
-                states[p] = zk.get_partition_state(
-                    name, p, watch=lambda s, tp=tp: self._dispatch(lambda: self._on_state(tp, s)))
+                states[p] = self._watch_state(tp)
             else:
                 states[p] = zk.get_partition_state(name, p)
         return assignment, configs, states
+
+    def _watch_state(self, tp: TopicPartition) -> LeaderAndIsr | None:
+        """Start the watch on a partition's state and return its current value (worker thread).
+
+        When the state znode is created between the two reads with which kazoo's DataWatch starts (the
+        controller creating the states of a topic just announced), the recipe delivers its first value later,
+        on its own thread, and the start reports that it did not start; that value would be lost. The watch
+        is then started again (the znode exists now, so the new one answers at once); the first one keeps
+        running and its later events are duplicates, which ``_on_state`` applies idempotently.
+        """
+        zk = self.zk
+        assert zk is not None
+        for attempt in range(_WATCH_START_ATTEMPTS):
+            try:
+                return zk.get_partition_state(
+                    tp[0], tp[1], watch=lambda s: self._dispatch(lambda: self._on_state(tp, s)))
+            except ZkDataError:
+                raise
+            except ZkError as e:
+                if attempt + 1 == _WATCH_START_ATTEMPTS or self.zk is not zk:
+                    raise
+                log.info("%s-%d: starting the watch of its state again (%s)", tp[0], tp[1], e)
+        raise AssertionError("unreachable")
 
     async def _register(self) -> None:
         zk = self.zk
@@ -327,12 +354,25 @@ class ClusterMember:
         delay = 0.1
         while self.zk is not None and not self.registered:
             try:
+                # The image may be stale: the controller moved leaderships while this broker had no session,
+                # and the watches bring those changes back only when they get round to it. Read every state
+                # first, so that registering re-applies current states and never leads at an old epoch.
+                watched = sorted(self._watched_states)
+                for tp, state in (await asyncio.to_thread(self._read_states, watched)).items():
+                    self._on_state(tp, state)
                 await self._register()
                 return
             except Exception as e:
                 log.warning("registering again failed (%s); retrying in %.1f s", e, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
+
+    def _read_states(self, partitions: list[TopicPartition]) -> dict[TopicPartition, LeaderAndIsr | None]:
+        """The current state of these partitions, read without watches (worker thread)."""
+        zk = self.zk
+        if zk is None:
+            return {}
+        return {tp: zk.get_partition_state(*tp) for tp in partitions}
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)

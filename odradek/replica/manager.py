@@ -56,6 +56,8 @@ class ReplicaManager:
         self.on_followers_changed: Callable[[], None] | None = None
         # called with (topic, partition, leads now, leader epoch) when this broker gains or loses a leadership
         self.on_leadership: Callable[[str, int, bool, int], None] | None = None
+        # whether a broker is in controlled shutdown: it is not added back to ISRs it is leaving
+        self.is_shutting_down: Callable[[int], bool] = lambda _broker: False
 
     # -- lookup --------------------------------------------------------------------------------------
 
@@ -203,7 +205,7 @@ class ReplicaManager:
                                                   self.clock.milliseconds(), broker_epoch)
         if moved:
             self.notify(part.topic, part.index)
-        if expand_to is not None:
+        if expand_to is not None and not self.is_shutting_down(replica_id):
             self._change_isr(part, expand_to, f"replica {replica_id} caught up")
 
     # -- ISR maintenance ----------------------------------------------------------------------------

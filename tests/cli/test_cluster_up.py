@@ -5,6 +5,7 @@ Every wait is bounded; everything listens on 127.0.0.1 only.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import queue
 import signal
@@ -183,7 +184,7 @@ class ClusterUp:
             self._queue.put(line.rstrip("\n"))
         self._queue.put(None)
 
-    def wait_for_line(self, prefix: str, timeout_s: float) -> str:
+    def wait_for_line(self, prefix: str, timeout_s: float, fail_on: str | None = None) -> str:
         deadline = time.monotonic() + timeout_s
         while (remaining := deadline - time.monotonic()) > 0:
             try:
@@ -195,6 +196,8 @@ class ClusterUp:
             self.lines.append(line)
             if line.startswith(prefix):
                 return line
+            if fail_on is not None and line.startswith(fail_on):
+                raise AssertionError(f"unexpected {line!r} before {prefix!r}; output so far:\n{self.output()}")
         raise AssertionError(f"no line starting with {prefix!r} within {timeout_s}s; output so far:\n{self.output()}")
 
     def drain(self, timeout_s: float = 5.0) -> None:
@@ -269,24 +272,26 @@ def test_a_broker_that_fails_to_start_stops_the_cluster_with_its_log(tmp_path: P
     _require_zookeeper()
     data = tmp_path / "cluster"
     (data / "broker-2").mkdir(parents=True)
-    (data / "broker-2" / "meta.properties").write_text("version=1\nnode.id=99\n")  # another broker's directory
-    up = ClusterUp(data, brokers=2)
-    try:
-        assert up.proc.wait(timeout=START_TIMEOUT_S + STOP_TIMEOUT_S) == 1
-        up.drain()
-        out = up.output()
-        assert "broker 2 exited with code 1 while starting" in out
-        assert "node.id=99" in out  # the tail of its log says why
-        assert "bootstrap.servers=" not in out
-        assert "zookeeper stopped" in out
-        for port in (up.base_port, up.base_port + 1, up.zk_port):
-            assert not cluster.accepts_connections(port)
-    finally:
-        up.kill_all()
+    # Another process owns broker 2's log directory, as a second broker on the same directory would.
+    with open(data / "broker-2" / ".lock", "wb") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        up = ClusterUp(data, brokers=2)
+        try:
+            up.wait_for_line("odradek cluster up: broker 2 exited with code 1 while starting", START_TIMEOUT_S,
+                             fail_on="bootstrap.servers=")
+            assert up.proc.wait(timeout=STOP_TIMEOUT_S) == 1
+            up.drain()
+        finally:
+            up.kill_all()
+    out = up.output()
+    assert "is in use by another broker" in out  # the tail of its log says why
+    assert "bootstrap.servers=" not in out
+    assert "zookeeper stopped" in out
+    for port in (up.base_port, up.base_port + 1, up.zk_port):
+        assert not cluster.accepts_connections(port)
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="brokers register in ZooKeeper once ZooKeeper mode lands: remove this mark then")
 def test_every_broker_registers_under_the_chroot(tmp_path: Path) -> None:
     from kazoo.client import KazooClient
 

@@ -5,6 +5,7 @@ One ZooKeeper per module (``zookeeper`` fixture); every test works in its own ch
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 import uuid
@@ -48,11 +49,11 @@ class Recorder:
             self.threads.append(threading.current_thread().name)
 
     def wait_for(self, predicate: Callable[[Any], bool], what: str, timeout_s: float = 10.0) -> Any:
-        def found() -> Any:
+        def found() -> tuple[Any] | None:
             with self._lock:
-                return next((v for v in self.values if predicate(v)), None) or None
+                return next(((v,) for v in self.values if predicate(v)), None)
 
-        return wait_until(found, timeout_s=timeout_s, what=f"{what}; got {self.values}")
+        return wait_until(found, timeout_s=timeout_s, what=f"{what}; got {self.values}")[0]
 
 
 def registration(broker_id: int, port: int = 9092, **kwargs: Any) -> BrokerRegistration:
@@ -114,7 +115,9 @@ def test_start_creates_the_chroot_and_kafkas_paths(zk_client: ZkClientFactory, z
 def test_unreachable_zookeeper_fails_within_the_connection_timeout() -> None:
     client = ZkClient(f"127.0.0.1:{free_port()}/x", session_timeout_ms=6000, connection_timeout_ms=800)
     began = time.monotonic()
-    with pytest.raises(ZkUnavailableError, match=r"cannot reach ZooKeeper at 127\.0\.0\.1:\d+ within 800 ms: is it running"):
+    with pytest.raises(
+        ZkUnavailableError, match=r"cannot reach ZooKeeper at 127\.0\.0\.1:\d+ within 800 ms: is it running"
+    ):
         client.start()
     assert time.monotonic() - began < 5.0
     client.close()
@@ -321,9 +324,7 @@ def test_conditional_partition_state_updates(zk_client: ZkClientFactory) -> None
     # A different write from the stale version is refused.
     assert leader.update_isr("t", 0, created[("t", 0)].with_isr((2, 1))) is None
     # The controller's multi-op: partition 0's version is stale, partition 1's is current.
-    result = controller.update_partition_states(
-        {tp: s.new_leader(2, (2,), epoch) for tp, s in created.items()}, fence
-    )
+    result = controller.update_partition_states({tp: s.new_leader(2, (2,), epoch) for tp, s in created.items()}, fence)
     assert result[("t", 0)] is None
     assert result[("t", 1)] == LeaderAndIsr(2, 1, (2,), epoch, 1)
     assert controller.get_partition_state("t", 0) == shrunk
@@ -464,7 +465,7 @@ def test_producer_id_blocks_never_overlap(zk_client: ZkClientFactory, zk_chroot:
     ranges = sorted(block for _, block in blocks)
     assert len(ranges) == 30
     assert ranges[0][0] == 0
-    for (_, end), (start, _) in zip(ranges, ranges[1:], strict=False):
+    for (_, end), (start, _) in itertools.pairwise(ranges):
         assert start == end  # contiguous, never overlapping
     assert ranges[-1][1] == 3000
     kz = raw(zk_chroot)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from odradek.cluster.model import BrokerRegistration, Endpoint, LeaderAndIsr, TopicAssignment
@@ -252,7 +252,9 @@ def test_partition_state_offline_and_recovery_state() -> None:
     assert layout.encode_partition_state(offline) == (
         b'{"controller_epoch":2,"leader":-1,"version":1,"leader_epoch":3,"isr":[]}'
     )
-    with_recovery = b'{"controller_epoch":2,"leader":1,"version":1,"leader_epoch":4,"isr":[1],"leader_recovery_state":1}'
+    with_recovery = (
+        b'{"controller_epoch":2,"leader":1,"version":1,"leader_epoch":4,"isr":[1],"leader_recovery_state":1}'
+    )
     assert layout.decode_partition_state("t", 0, with_recovery).isr == (1,)
 
 
@@ -328,6 +330,7 @@ endpoints = st.builds(
 )
 
 
+@settings(max_examples=200, deadline=None)
 @given(
     broker_id=st.integers(0, 2**31 - 1),
     eps=st.lists(endpoints, min_size=1, max_size=3, unique_by=lambda e: e.listener),
@@ -342,6 +345,7 @@ def test_broker_round_trip(
     assert layout.decode_broker(broker_id, layout.encode_broker(reg, NOW_MS), epoch=epoch) == reg
 
 
+@settings(max_examples=200, deadline=None)
 @given(
     leader=st.integers(-1, 1000),
     leader_epoch=st.integers(0, 2**31 - 1),
@@ -353,6 +357,7 @@ def test_partition_state_round_trip(leader: int, leader_epoch: int, isr: list[in
     assert layout.decode_partition_state("t", 0, layout.encode_partition_state(state), 3) == state
 
 
+@settings(max_examples=200, deadline=None)
 @given(
     topic_id=st.uuids(),
     replicas=st.lists(st.lists(st.integers(0, 100), min_size=1, max_size=4, unique=True), max_size=20),

@@ -77,7 +77,9 @@ SUBTRACT = 3
 _OP_NAMES = {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
 
 # Topic keys whose Kafka type is INT or LIST; every other integer key is a LONG in Kafka.
-_INT_TOPIC_KEYS = frozenset({"segment.bytes", "segment.index.bytes", "index.interval.bytes", "max.message.bytes"})
+_INT_TOPIC_KEYS = frozenset({"segment.bytes", "segment.index.bytes", "index.interval.bytes", "max.message.bytes",
+                             "min.insync.replicas"})
+_BOOLEAN_TOPIC_KEYS = frozenset({"unclean.leader.election.enable"})
 LIST_TOPIC_KEYS = frozenset({"cleanup.policy"})
 LIST_BROKER_KEYS = frozenset({"log.cleanup.policy"})
 
@@ -102,6 +104,9 @@ _TOPIC_DOCS: dict[str, str] = {
     "message.timestamp.after.max.ms": "How far a batch's timestamp may lie after the broker's clock.",
     "file.delete.delay.ms": "Time a deleted segment's files are kept before they are removed from disk.",
     "cleanup.policy": "What happens to old segments: delete (compact is not supported yet).",
+    "min.insync.replicas": "Smallest number of in-sync replicas for an acks=all write to be accepted.",
+    "unclean.leader.election.enable": "Whether a replica outside the ISR may become leader when no ISR member is "
+                                      "alive, at the price of losing committed records.",
 }
 
 _BUILTIN_DEFAULTS = LogConfig().to_properties()
@@ -116,6 +121,8 @@ _INTEGER_TOPIC_KEYS = frozenset(f.name.replace("_", ".") for f in fields(LogConf
 def _topic_config_type(name: str) -> int:
     if name in LIST_TOPIC_KEYS:
         return LIST
+    if name in _BOOLEAN_TOPIC_KEYS:
+        return BOOLEAN
     if name in _INT_TOPIC_KEYS:
         return INT
     return LONG if name in _INTEGER_TOPIC_KEYS else STRING

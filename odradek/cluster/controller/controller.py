@@ -155,14 +155,17 @@ class Controller:
         for tp in failed.offline:
             if tp not in changes and states[tp].online:
                 log.warning("%s-%d goes offline: no replica of its ISR is alive", *tp)
-        for broker in live:
-            back = elect_for_returning_broker({**states, **changes}, assignments, live, broker, epoch)
+        leaving = {b for b, reg in m.brokers.items() if reg.shutting_down}
+        staying = live - leaving
+        for broker in staying:
+            back = elect_for_returning_broker({**states, **changes}, assignments, staying, broker, epoch,
+                                              unclean=self._unclean_for)
             changes.update(back.changed)
         # 4. controlled shutdowns
-        for reg in m.brokers.values():
-            if reg.shutting_down:
-                moved = elect_for_controlled_shutdown({**states, **changes}, assignments, live, reg.broker_id, epoch)
-                changes.update(moved.changed)
+        for broker in sorted(leaving):
+            moved = elect_for_controlled_shutdown({**states, **changes}, assignments, live, broker, epoch,
+                                                  also_shutting_down=leaving - {broker})
+            changes.update(moved.changed)
         if changes:
             written = await asyncio.to_thread(zk.update_partition_states, changes, fence)
             for tp, state in written.items():

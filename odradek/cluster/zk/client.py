@@ -150,6 +150,7 @@ class ZkClient:
                 "deadline": self._retry_deadline_s,
             },
         )
+        self._connected = threading.Event()  # set while kazoo is connected; requests wait for it (bounded)
         self._events: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._event_thread: threading.Thread | None = None
         self._closing = False
@@ -183,7 +184,10 @@ class ZkClient:
             self._stop_event_thread()
             raise self._unreachable() from None
         try:
-            boot.ensure_path(self.chroot)
+            boot.ensure_path_async(self.chroot).get(timeout=max(deadline - time.monotonic(), 0.001))
+        except (KazooTimeoutError, ConnectionLoss):
+            self._stop_event_thread()
+            raise self._unreachable() from None
         finally:
             boot.stop()
             boot.close()
@@ -258,6 +262,10 @@ class ZkClient:
     def _on_state(self, state: str) -> None:
         # kazoo's connection thread: never block here.
         expired_now = False
+        if state == KazooState.CONNECTED:
+            self._connected.set()
+        else:
+            self._connected.clear()
         if state == KazooState.LOST:
             if self._closing or self._kz.client_state != KeeperState.EXPIRED_SESSION:
                 name = CLOSED
@@ -278,42 +286,67 @@ class ZkClient:
 
     # -- plumbing ------------------------------------------------------------------------------------------
 
-    def _retry(self, func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run a kazoo call, retried across connection losses; kazoo's errors become ours."""
-        try:
-            return self._kz.retry(func, *args, **kwargs)
-        except ConnectionClosedError:
-            raise ZkError(f"the ZooKeeper client for {self.connect} is not started or already closed") from None
-        except (RetryFailedError, ConnectionLoss, OperationTimeoutError, SessionExpiredError, KazooTimeoutError):
-            raise ZkUnavailableError(
-                f"ZooKeeper at {self.connect} did not answer within {self._retry_deadline_s * 1000:.0f} ms: "
-                "is it running and reachable?"
-            ) from None
+    def _retry(self, func_async: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run a kazoo ``*_async`` call, retried across connection losses, for at most the retry deadline.
+
+        Requests are sent only while connected: kazoo would otherwise queue them until a reconnection that
+        may never come. kazoo's errors become ours (ZkUnavailableError once the deadline has passed).
+        """
+        self._check_open()
+        deadline = time.monotonic() + self._retry_deadline_s
+        delay = 0.02
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self._connected.wait(remaining):
+                raise self._no_answer()
+            try:
+                return func_async(*args, **kwargs).get(timeout=max(deadline - time.monotonic(), 0.001))
+            except ConnectionClosedError:
+                raise self._not_open() from None
+            except KazooTimeoutError:
+                raise self._no_answer() from None
+            except (ConnectionLoss, OperationTimeoutError, SessionExpiredError):
+                time.sleep(min(delay, max(deadline - time.monotonic(), 0)))
+                delay = min(delay * 2, 0.5)
+
+    def _check_open(self) -> None:
+        if self._closed or not self._started:
+            raise self._not_open()
+
+    def _not_open(self) -> ZkError:
+        state = "closed" if self._closed else "not started"
+        return ZkError(f"the ZooKeeper client for {self.connect} is {state}")
+
+    def _no_answer(self) -> ZkUnavailableError:
+        return ZkUnavailableError(
+            f"ZooKeeper at {self.connect} did not answer within {self._retry_deadline_s * 1000:.0f} ms: "
+            "is it running and reachable?"
+        )
 
     def _get(self, path: str) -> tuple[bytes, ZnodeStat] | None:
         try:
-            return self._retry(self._kz.get, path)
+            return self._retry(self._kz.get_async, path)
         except NoNodeError:
             return None
 
     def _children(self, path: str) -> list[str]:
         try:
-            return self._retry(self._kz.get_children, path)
+            return self._retry(self._kz.get_children_async, path)
         except NoNodeError:
             return []
 
     def _ensure_path(self, path: str) -> None:
-        self._retry(self._kz.ensure_path, path)
+        self._retry(self._kz.ensure_path_async, path)
 
     def _set_or_create(self, path: str, data: bytes) -> None:
         for _ in range(_MAX_CONFLICT_ROUNDS):
             try:
-                self._retry(self._kz.set, path, data)
+                self._retry(self._kz.set_async, path, data)
                 return
             except NoNodeError:
                 pass
             try:
-                self._retry(self._kz.create, path, data, makepath=True)
+                self._retry(self._kz.create_async, path, data, makepath=True)
                 return
             except NodeExistsError:
                 continue
@@ -322,10 +355,10 @@ class ZkClient:
     def _commit(self, build: Callable[[Any], None]) -> list[Any]:
         """Run a multi-op built by ``build(transaction)``, retried as a whole; returns kazoo's per-op results."""
 
-        def attempt() -> list[Any]:
+        def attempt() -> Any:
             transaction = self._kz.transaction()
             build(transaction)
-            return transaction.commit()
+            return transaction.commit_async()
 
         return self._retry(attempt)
 
@@ -374,12 +407,17 @@ class ZkClient:
         return first.result(path)
 
     def _run_recipe(self, make: Callable[[], object]) -> None:
+        """Start a kazoo watch recipe. Its first read is synchronous and, once sent, waits for a reconnection
+        for as long as it takes (kazoo's design); we only wait, bounded, for a connection before starting it."""
+        self._check_open()
+        if not self._connected.wait(self._retry_deadline_s):
+            raise self._no_answer()
         try:
             make()
         except ConnectionClosedError:
-            raise ZkError(f"the ZooKeeper client for {self.connect} is not started or already closed") from None
+            raise self._not_open() from None
         except (RetryFailedError, ConnectionLoss, OperationTimeoutError, SessionExpiredError):
-            raise ZkUnavailableError(f"ZooKeeper at {self.connect} did not answer: is it running?") from None
+            raise self._no_answer() from None
 
     # -- cluster -------------------------------------------------------------------------------------------
 
@@ -394,7 +432,9 @@ class ZkClient:
         if existing is not None:
             return layout.decode_cluster_id(existing[0])
         try:
-            self._retry(self._kz.create, layout.CLUSTER_ID_PATH, layout.encode_cluster_id(proposed), makepath=True)
+            self._retry(
+                self._kz.create_async, layout.CLUSTER_ID_PATH, layout.encode_cluster_id(proposed), makepath=True
+            )
             return proposed
         except NodeExistsError:
             got = self._get(layout.CLUSTER_ID_PATH)
@@ -414,7 +454,9 @@ class ZkClient:
         data = layout.encode_broker(reg, self._clock.milliseconds())
         for _ in range(_MAX_CONFLICT_ROUNDS):
             try:
-                _, stat = self._retry(self._kz.create, path, data, ephemeral=True, makepath=True, include_data=True)
+                _, stat = self._retry(
+                    self._kz.create_async, path, data, ephemeral=True, makepath=True, include_data=True
+                )
                 return int(stat.czxid)
             except NodeExistsError:
                 pass
@@ -431,7 +473,7 @@ class ZkClient:
                 )
             # Ours: created by an attempt whose answer a connection loss swallowed, or registered before.
             if got[0] != data:
-                self._retry(self._kz.set, path, data, version=stat.version)
+                self._retry(self._kz.set_async, path, data, version=stat.version)
             return int(stat.czxid)
         raise ZkError(f"could not register broker {reg.broker_id}: {path} keeps changing owner")
 
@@ -445,7 +487,7 @@ class ZkClient:
             raise BrokerIdInUseError(f"{path} belongs to another session: this client cannot update it")
         try:
             self._retry(
-                self._kz.set, path, layout.encode_broker(reg, self._clock.milliseconds()), version=got[1].version
+                self._kz.set_async, path, layout.encode_broker(reg, self._clock.milliseconds()), version=got[1].version
             )
         except (KazooBadVersionError, NoNodeError):
             raise ZkError(f"{path} changed while updating it: its session may have expired") from None
@@ -484,7 +526,7 @@ class ZkClient:
             got = self._get(layout.CONTROLLER_EPOCH_PATH)
             if got is None:
                 try:
-                    self._retry(self._kz.create, layout.CONTROLLER_EPOCH_PATH, layout.encode_controller_epoch(0))
+                    self._retry(self._kz.create_async, layout.CONTROLLER_EPOCH_PATH, layout.encode_controller_epoch(0))
                 except NodeExistsError:
                     pass
                 continue
@@ -543,7 +585,7 @@ class ZkClient:
         if layout.decode_controller(got[0]) != broker_id:
             return
         try:
-            self._retry(self._kz.delete, layout.CONTROLLER_PATH, version=got[1].version)
+            self._retry(self._kz.delete_async, layout.CONTROLLER_PATH, version=got[1].version)
         except (NoNodeError, KazooBadVersionError):
             pass
 
@@ -555,13 +597,13 @@ class ZkClient:
         The controller sees the new topic through its topic watch. TopicExistsInZkError if the topic
         exists or is still marked for deletion. (Name collisions such as ``a.b``/``a_b`` are the caller's check.)
         """
-        if self._retry(self._kz.exists, layout.topic_path(t.name)) is not None:
-            raise TopicExistsInZkError(f"topic {t.name!r} already exists")
-        if self._retry(self._kz.exists, layout.delete_topic_path(t.name)) is not None:
+        if self._retry(self._kz.exists_async, layout.delete_topic_path(t.name)) is not None:
             raise TopicExistsInZkError(f"topic {t.name!r} is marked for deletion: wait until it is gone")
+        if self._retry(self._kz.exists_async, layout.topic_path(t.name)) is not None:
+            raise TopicExistsInZkError(f"topic {t.name!r} already exists")
         self._set_or_create(layout.config_path("topics", t.name), layout.encode_config(configs))
         try:
-            self._retry(self._kz.create, layout.topic_path(t.name), layout.encode_topic(t), makepath=True)
+            self._retry(self._kz.create_async, layout.topic_path(t.name), layout.encode_topic(t), makepath=True)
         except NodeExistsError:
             raise TopicExistsInZkError(f"topic {t.name!r} already exists") from None
 
@@ -588,7 +630,7 @@ class ZkClient:
         """Rewrite ``/brokers/topics/<t>`` conditional on ``t.zk_version``; BadVersionError if it moved."""
         path = layout.topic_path(t.name)
         try:
-            stat = self._retry(self._kz.set, path, layout.encode_topic(t), version=t.zk_version)
+            stat = self._retry(self._kz.set_async, path, layout.encode_topic(t), version=t.zk_version)
         except KazooBadVersionError:
             raise BadVersionError(f"{path} is no longer at version {t.zk_version}: read it again") from None
         except NoNodeError:
@@ -598,7 +640,7 @@ class ZkClient:
     def mark_topic_for_deletion(self, name: str) -> None:
         """Create ``/admin/delete_topics/<t>`` (the controller's cue to delete it); idempotent."""
         try:
-            self._retry(self._kz.create, layout.delete_topic_path(name), b"", makepath=True)
+            self._retry(self._kz.create_async, layout.delete_topic_path(name), b"", makepath=True)
         except NodeExistsError:
             pass
 
@@ -616,7 +658,7 @@ class ZkClient:
         for _ in range(_MAX_CONFLICT_ROUNDS):
             doomed = self._subtree(layout.topic_path(name))
             for path in (layout.config_path("topics", name), layout.delete_topic_path(name)):
-                if self._retry(self._kz.exists, path) is not None:
+                if self._retry(self._kz.exists_async, path) is not None:
                     doomed.append(path)
 
             def build(t: Any, doomed: list[str] = doomed) -> None:
@@ -637,7 +679,7 @@ class ZkClient:
 
         def walk(path: str) -> bool:
             try:
-                children = self._retry(self._kz.get_children, path)
+                children = self._retry(self._kz.get_children_async, path)
             except NoNodeError:
                 return False
             for child in children:
@@ -724,7 +766,7 @@ class ZkClient:
         missing: list[str] = []
         for topic, partitions in by_topic.items():
             try:
-                existing = set(self._retry(self._kz.get_children, layout.partitions_path(topic)))
+                existing = set(self._retry(self._kz.get_children_async, layout.partitions_path(topic)))
             except NoNodeError:
                 missing.append(layout.partitions_path(topic))
                 existing = set()
@@ -772,7 +814,7 @@ class ZkClient:
         """
         path = layout.partition_state_path(topic, partition)
         try:
-            stat = self._retry(self._kz.set, path, layout.encode_partition_state(state), version=state.zk_version)
+            stat = self._retry(self._kz.set_async, path, layout.encode_partition_state(state), version=state.zk_version)
         except KazooBadVersionError:
             return self._stored_if_same((topic, partition), state)
         except NoNodeError:
@@ -803,7 +845,7 @@ class ZkClient:
         """Replace the entity's overrides with ``configs``, then post a ``/config/changes`` notification."""
         self._set_or_create(layout.config_path(entity_type, name), layout.encode_config(configs))
         self._retry(
-            self._kz.create,
+            self._kz.create_async,
             layout.CONFIG_CHANGES_PATH + "/" + layout.CONFIG_CHANGE_PREFIX,
             layout.encode_config_change(layout.config_entity_path(entity_type, name)),
             sequence=True,
@@ -823,10 +865,10 @@ class ZkClient:
         purged = 0
         for child in self._children(layout.CONFIG_CHANGES_PATH):
             path = f"{layout.CONFIG_CHANGES_PATH}/{child}"
-            stat = self._retry(self._kz.exists, path)
+            stat = self._retry(self._kz.exists_async, path)
             if stat is not None and stat.ctime < now_ms - older_than_ms:
                 try:
-                    self._retry(self._kz.delete, path)
+                    self._retry(self._kz.delete_async, path)
                     purged += 1
                 except NoNodeError:
                     pass
@@ -853,9 +895,9 @@ class ZkClient:
             data = layout.encode_producer_id_block(block)
             try:
                 if got is None:
-                    self._retry(self._kz.create, path, data, makepath=True)
+                    self._retry(self._kz.create_async, path, data, makepath=True)
                 else:
-                    self._retry(self._kz.set, path, data, version=got[1].version)
+                    self._retry(self._kz.set_async, path, data, version=got[1].version)
                 return block.start, block.end
             except (NodeExistsError, KazooBadVersionError, NoNodeError):
                 stored = self._get(path)
@@ -896,20 +938,20 @@ class _BrokerSetWatch:
         self._published: dict[int, BrokerRegistration] | None = None
 
     def start(self) -> dict[int, BrokerRegistration]:
-        started = False
+        first_call = [True]  # kazoo serialises a ChildrenWatch's calls; the first runs inside its constructor
 
         def on_children(children: list[str]) -> bool | None:
             if self._zk._closed:
                 return False
-            if started:
-                self._zk._in_event_thread(lambda: self._watch_ids(children))  # DataWatch setup blocks
+            if first_call[0]:
+                first_call[0] = False
+                self._watch_ids(children)  # the caller's thread: setting up DataWatches may block
             else:
-                self._watch_ids(children)
+                self._zk._in_event_thread(lambda: self._watch_ids(children))
             return None
 
         self._zk._ensure_path(layout.BROKER_IDS_PATH)
         self._zk._run_recipe(lambda: self._zk._kz.ChildrenWatch(layout.BROKER_IDS_PATH, on_children))
-        started = True
         with self._lock:
             self._published = self._current()
             return dict(self._published)

@@ -1,0 +1,114 @@
+"""Topic administration through any broker of a real cluster, and controlled shutdown.
+
+CreatePartitions, DeleteTopics and config changes go through ZooKeeper and the controller and reach every
+broker; a broker stopped with SIGTERM first has the controller move its leaderships away.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import ConfigResource, NewPartitions
+
+from odradek.cluster.zk.server import ZooKeeperServer
+from tests.cluster.brokers import Cluster, wait_until
+from tests.cluster.zk_process import unique_chroot
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    c = Cluster(tmp_path_factory.mktemp("cluster"), unique_chroot(zookeeper)).start()
+    try:
+        yield c
+    finally:
+        failures = c.stop()
+    assert not failures, "\n".join(failures)
+
+
+def _topic() -> str:
+    return f"a-{uuid.uuid4().hex[:10]}"
+
+
+def test_create_partitions_and_delete_topic_reach_every_broker(cluster: Cluster) -> None:
+    topic = _topic()
+    cluster.create_topic(topic, partitions=2, replication_factor=2)
+    admin = cluster.admin()
+    admin.create_partitions([NewPartitions(topic, 5)])[topic].result(timeout=30)
+    wait_until(
+        lambda: len(cluster.partitions(topic)) == 5 and all(p.leader >= 0 for p in cluster.partitions(topic).values()),
+        what="5 partitions with leaders",
+    )
+    for p in cluster.partitions(topic).values():
+        assert len(p.replicas) == 2
+    dirs = lambda: [d for b in cluster.each() for d in b.data_dir.glob(f"{topic}-*")]  # noqa: E731
+    wait_until(lambda: len(dirs()) == 10, what="10 replica logs on disk")
+    admin.delete_topics([topic], operation_timeout=20)[topic].result(timeout=30)
+    wait_until(lambda: topic not in cluster.metadata().topics, what="the topic gone from the metadata")
+    wait_until(lambda: not dirs(), what="every replica's log deleted")
+
+
+def test_topic_config_change_reaches_every_broker(cluster: Cluster) -> None:
+    topic = _topic()
+    cluster.create_topic(topic, partitions=1, replication_factor=3)
+    admin = cluster.admin()
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic, set_config={"retention.ms": "123456"})
+    admin.alter_configs([res])[res].result(timeout=30)
+    for b in cluster.each():
+        single = type(admin)({"bootstrap.servers": f"127.0.0.1:{b.fixed_port}"})
+
+        def value(single: object = single) -> bool:
+            r = ConfigResource(ConfigResource.Type.TOPIC, topic)
+            got = single.describe_configs([r])[r].result(timeout=10)  # type: ignore[attr-defined]
+            return got["retention.ms"].value == "123456"
+
+        wait_until(value, what=f"broker {b.broker_id} to see retention.ms=123456")
+
+
+def test_controlled_shutdown_moves_leadership_before_stopping(cluster: Cluster) -> None:
+    topic = _topic()
+    cluster.create_topic(topic, partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
+    leader = cluster.leader(topic)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 1})
+    acks: list[float] = []
+    errors: list[object] = []
+    stop = threading.Event()
+
+    def on_ack(err: object, _msg: object) -> None:
+        if err is None:
+            acks.append(time.monotonic())
+        else:
+            errors.append(err)
+
+    def produce() -> None:
+        i = 0
+        while not stop.is_set() and i < 20000:
+            p.produce(topic, value=f"c{i}".encode(), on_delivery=on_ack)
+            p.poll(0.002)
+            i += 1
+
+    t = threading.Thread(target=produce)
+    t.start()
+    try:
+        wait_until(lambda: len(acks) > 200, what="writes flowing")
+        assert cluster.brokers[leader].stop() == 0
+        wait_until(lambda: cluster.leader(topic) not in (-1, leader), what="a new leader")
+        n = len(acks)
+        wait_until(lambda: len(acks) > n + 200, what="writes flowing again")
+    finally:
+        stop.set()
+        t.join(30)
+        p.flush(30)
+    assert not errors, errors[:3]
+    log = cluster.brokers[leader].log()
+    assert "controlled shutdown" in log
+    gaps = [b - a for a, b in zip(acks, acks[1:], strict=False)]
+    assert max(gaps) < 5.0, f"longest gap between acknowledged writes: {max(gaps):.2f} s"
+    cluster.brokers[leader].start()
+    wait_until(lambda: len(cluster.isr(topic)) == 3, timeout_s=40, what="the broker back in the ISR")
