@@ -33,7 +33,7 @@ from odradek.broker.group_runtime import OFFSETS_TOPIC, GroupRuntime
 from odradek.broker.producer_ids import ProducerIdAllocator, ZkProducerIdAllocator
 from odradek.broker.txn_runtime import TXN_STATE_TOPIC, TxnRuntime
 from odradek.clock import SYSTEM_CLOCK, Clock
-from odradek.cluster.metadata import Topic, TopicRegistry
+from odradek.cluster.metadata import Topic, TopicRegistry, check_meta_properties
 from odradek.protocol.errors import (
     CoordinatorNotAvailableError,
     InvalidConfigError,
@@ -67,7 +67,8 @@ class Broker:
             clock=clock,
             topic_config=self.log_config_for,
             retention_check_interval_ms=config.retention_check_interval_ms,
-            checkpoint_interval_ms=config.checkpoint_interval_ms,
+            checkpoint_interval_ms=(min(config.checkpoint_interval_ms, config.high_watermark_checkpoint_interval_ms)
+                                    if config.zookeeper_connect else config.checkpoint_interval_ms),
             producer_state_factory=lambda directory, name: ProducerStateManager(
                 directory, name, expiration_ms=config.producer_id_expiration_ms),
             producer_expiration_check_interval_ms=config.producer_id_expiration_check_interval_ms,
@@ -144,7 +145,9 @@ class Broker:
             broker_epoch=lambda: member.broker_epoch, topic_id=member.topic_id, topic_name=member.topic_name)
         self.replicas.on_followers_changed = self.fetcher.replan
         self.replicas.is_shutting_down = lambda b: (reg := member.brokers.get(b)) is not None and reg.shutting_down
-        await member.start(cfg.cluster_id)
+        cluster_id = await member.start(cfg.cluster_id)
+        for d in cfg.log_dirs:
+            check_meta_properties(d, cluster_id, self.node_id)
         zk = member.zk
         assert zk is not None
         self.producer_ids = ZkProducerIdAllocator(lambda size: zk.claim_producer_id_block(self.node_id, size))

@@ -129,21 +129,7 @@ class TopicRegistry:
         write_atomically(self.path, json.dumps(doc, indent=1).encode())
 
     def _check_meta_properties(self, d: Path, node_id: int) -> None:
-        path = d / META_PROPERTIES
-        if path.exists():
-            props = dict(
-                line.split("=", 1) for line in path.read_text().splitlines() if "=" in line and line[0] != "#"
-            )
-            if props.get("cluster.id") not in (None, self.cluster_id):
-                raise KafkaError(f"{path} belongs to cluster {props.get('cluster.id')}, not {self.cluster_id}")
-            if props.get("node.id") not in (None, str(node_id)):
-                raise KafkaError(
-                    f"{path} was written by node.id={props.get('node.id')}, but this broker is node.id={node_id}: "
-                    "use the same node.id or another log.dirs"
-                )
-            return
-        d.mkdir(parents=True, exist_ok=True)
-        write_atomically(path, f"version=1\ncluster.id={self.cluster_id}\nnode.id={node_id}\n".encode())
+        check_meta_properties(d, self.cluster_id, node_id)
 
     # -- queries and changes -----------------------------------------------------------------------
 
@@ -201,6 +187,27 @@ class TopicRegistry:
         else:
             self.broker_configs.pop(entity, None)
         self._save()
+
+
+def check_meta_properties(d: Path, cluster_id: str, node_id: int) -> None:
+    """Check (or write) ``meta.properties`` of a log directory: it must belong to this cluster and broker."""
+    path = d / META_PROPERTIES
+    if path.exists():
+        props = dict(
+            line.split("=", 1) for line in path.read_text().splitlines() if "=" in line and line[0] != "#"
+        )
+        if props.get("cluster.id") not in (None, cluster_id):
+            raise KafkaError(f"{path} belongs to cluster {props.get('cluster.id')}, not {cluster_id}: "
+                             "this data belongs to another cluster; use another log.dirs")
+        stored = props.get("node.id", props.get("broker.id"))
+        if stored not in (None, str(node_id)):
+            raise KafkaError(
+                f"{path} was written by node.id={stored}, but this broker is node.id={node_id}: "
+                "use the same node.id (broker.id) or another log.dirs"
+            )
+        return
+    d.mkdir(parents=True, exist_ok=True)
+    write_atomically(path, f"version=1\ncluster.id={cluster_id}\nnode.id={node_id}\n".encode())
 
 
 def _new_cluster_id() -> str:
