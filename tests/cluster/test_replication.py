@@ -82,7 +82,7 @@ def test_replication_factor_larger_than_the_cluster_is_refused(cluster: Cluster)
     topic = _topic()
     admin = cluster.admin()
     futures = admin.create_topics([NewTopic(topic, 1, 4)], operation_timeout=10)
-    with pytest.raises(Exception, match="(?i)replication factor"):
+    with pytest.raises(Exception, match=r"(?i)replication factor"):
         futures[topic].result(timeout=20)
 
 

@@ -24,7 +24,8 @@ REPLICAS = (1, 2, 3)
 
 def _partition(tmp_path: Path, broker: int, clock: ManualClock, **config: object) -> Partition:
     d = tmp_path / f"b{broker}" / "t-0"
-    lg = open_log(d, small_config(**config), clock, producer_state=ProducerStateManager(d, "t-0", expiration_ms=86_400_000))
+    state = ProducerStateManager(d, "t-0", expiration_ms=86_400_000)
+    lg = open_log(d, small_config(**config), clock, producer_state=state)
     return Partition(lg, broker, replicated=True)
 
 
@@ -99,7 +100,7 @@ def test_min_insync_replicas_refuses_before_appending(tmp_path: Path) -> None:
 
 
 def test_losing_leadership_answers_waiting_writes(trio: tuple) -> None:
-    clock, leader, _f2, _f3 = trio
+    _clock, leader, _f2, _f3 = trio
 
     async def scenario() -> ErrorCode:
         info = leader.append_as_leader(batch(1), required_acks=-1)
