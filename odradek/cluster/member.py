@@ -30,15 +30,13 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from odradek.cluster.metadata import Topic, validate_topic_name
+from odradek.cluster.metadata import Topic, check_name_free
 from odradek.cluster.model import BrokerRegistration, Endpoint, LeaderAndIsr, TopicAssignment, TopicPartition
 from odradek.cluster.zk.client import ZkClient, ZkDataError, ZkError
 from odradek.protocol.errors import (
     InvalidPartitionsError,
     InvalidReplicationFactorError,
-    InvalidTopicError,
     KafkaError,
-    TopicExistsError,
 )
 
 if TYPE_CHECKING:
@@ -79,14 +77,7 @@ class ClusterView:
             self._by_id.pop(old.topic_id, None)
 
     def check_name(self, name: str) -> None:
-        validate_topic_name(name)
-        if name in self.topics:
-            raise TopicExistsError(f"topic '{name}' already exists")
-        folded = name.replace(".", "_")
-        for other in self.topics:
-            if other.replace(".", "_") == folded:
-                raise InvalidTopicError(
-                    f"topic '{name}' collides with existing topic '{other}' ('.' and '_' are treated alike)")
+        check_name_free(name, self.topics)
 
 
 class ClusterMember:

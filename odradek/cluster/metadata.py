@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,6 +62,20 @@ def validate_topic_name(name: str) -> None:
         raise InvalidTopicError(
             f"topic name {name!r} contains characters other than ASCII letters, digits, '.', '_' and '-'"
         )
+
+
+def check_name_free(name: str, existing: Iterable[str]) -> None:
+    """A valid name that no existing topic has or collides with (``.`` and ``_`` treated alike), or the error."""
+    validate_topic_name(name)
+    names = set(existing)
+    if name in names:
+        raise TopicExistsError(f"topic '{name}' already exists")
+    folded = name.replace(".", "_")
+    for other in names:
+        if other.replace(".", "_") == folded:
+            raise InvalidTopicError(
+                f"topic '{name}' collides with existing topic '{other}' ('.' and '_' are treated alike)"
+            )
 
 
 @dataclass(slots=True)
@@ -141,15 +156,7 @@ class TopicRegistry:
 
     def check_new(self, name: str, partitions: int, replication_factor: int) -> None:
         """Raise the error Kafka gives for creating this topic, or return if it may be created."""
-        validate_topic_name(name)
-        if name in self.topics:
-            raise TopicExistsError(f"topic '{name}' already exists")
-        folded = name.replace(".", "_")
-        for other in self.topics:
-            if other.replace(".", "_") == folded:
-                raise InvalidTopicError(
-                    f"topic '{name}' collides with existing topic '{other}' ('.' and '_' are treated alike)"
-                )
+        check_name_free(name, self.topics)
         if partitions < 1:
             raise InvalidPartitionsError(f"number of partitions must be at least 1, got {partitions}")
         if replication_factor < 1:

@@ -7,14 +7,17 @@ asked with confluent-kafka's admin client (a real Kafka client). Every wait is b
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from odradek.cluster.zk.server import ZooKeeperServer
 from tests.broker.process import BrokerProcess, free_port
+from tests.cluster.zk_process import unique_chroot
+from tests.cluster.zk_process import wait_until as zk_wait_until
 
 T = TypeVar("T")
 
@@ -33,14 +36,18 @@ CLUSTER_OVERRIDES = [
 
 
 def wait_until(condition: Callable[[], T], *, timeout_s: float = 20.0, what: str = "condition") -> T:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.05)
+    return zk_wait_until(condition, timeout_s=timeout_s, what=what)
+
+
+def running_cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A 3-broker cluster on its own chroot of the module's ZooKeeper, stopped (cleanly) at the end; use as
+    ``cluster = pytest.fixture(scope="module")(running_cluster)``."""
+    c = Cluster(tmp_path_factory.mktemp("cluster"), unique_chroot(zookeeper)).start()
+    try:
+        yield c
+    finally:
+        failures = c.stop()
+    assert not failures, "\n".join(failures)
 
 
 class ClusterBroker(BrokerProcess):

@@ -10,27 +10,17 @@ import itertools
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import ConfigResource, NewPartitions
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions
 
-from odradek.cluster.zk.server import ZooKeeperServer
-from tests.cluster.brokers import Cluster, wait_until
-from tests.cluster.zk_process import unique_chroot
+from tests.cluster.brokers import Cluster, running_cluster, wait_until
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("cluster"), unique_chroot(zookeeper)).start()
-    try:
-        yield c
-    finally:
-        failures = c.stop()
-    assert not failures, "\n".join(failures)
+cluster = pytest.fixture(scope="module")(running_cluster)
 
 
 def _topic() -> str:
@@ -59,8 +49,9 @@ def test_topic_config_change_reaches_every_broker(cluster: Cluster) -> None:
     topic = _topic()
     cluster.create_topic(topic, partitions=1, replication_factor=3)
     admin = cluster.admin()
-    res = ConfigResource(ConfigResource.Type.TOPIC, topic, set_config={"retention.ms": "123456"})
-    admin.alter_configs([res])[res].result(timeout=30)
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("retention.ms", "123456", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res])[res].result(timeout=30)
     for b in cluster.each():
         single = type(admin)({"bootstrap.servers": f"127.0.0.1:{b.fixed_port}"})
 

@@ -8,29 +8,19 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from odradek.cluster.zk.server import ZooKeeperServer
 from odradek.coordinator.group.records import partition_for
-from tests.cluster.brokers import Cluster, wait_until
-from tests.cluster.zk_process import unique_chroot
+from tests.cluster.brokers import Cluster, running_cluster, wait_until
 
 pytestmark = pytest.mark.slow
 
 OFFSETS_PARTITIONS = 5  # offsets.topic.num.partitions in tests/cluster/brokers.py
 
 
-@pytest.fixture(scope="module")
-def cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("cluster"), unique_chroot(zookeeper)).start()
-    try:
-        yield c
-    finally:
-        failures = c.stop()
-    assert not failures, "\n".join(failures)
+cluster = pytest.fixture(scope="module")(running_cluster)
 
 
 def _name(prefix: str) -> str:
