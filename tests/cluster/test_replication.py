@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from tests.cluster.brokers import Cluster, running_cluster, wait_until
+from tests.compat.clients import CLIENTS, Rec, make_client
 
 pytestmark = pytest.mark.slow
 
@@ -176,3 +177,31 @@ def test_not_enough_replicas_for_acks_all(cluster: Cluster, tmp_path: Path) -> N
     finally:
         cluster.brokers[follower].start()
         wait_until(lambda: len(cluster.isr(topic)) == 3, timeout_s=40, what="full ISR again")
+
+
+@pytest.mark.parametrize("client_name", CLIENTS)
+def test_every_client_produces_and_consumes_across_a_leader_change(cluster: Cluster, client_name: str) -> None:
+    """The same scenario with confluent-kafka, kafka-python and aiokafka: acks=all writes before and after the
+    leader is stopped are all read back, in order, once each."""
+    topic = _topic()
+    cluster.create_topic(topic, partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
+    client = make_client(client_name, cluster.bootstrap)
+    try:
+        producer = client.producer(acks=-1, idempotent=True)
+        try:
+            before = producer.send(topic, [Rec(f"{client_name}-b{i}".encode()) for i in range(100)])
+            leader = cluster.leader(topic)
+            cluster.brokers[leader].kill()
+            try:
+                after = producer.send(topic, [Rec(f"{client_name}-a{i}".encode()) for i in range(100)], timeout=60)
+            finally:
+                cluster.brokers[leader].start()
+        finally:
+            producer.close()
+        assert [a.offset for a in before + after] == list(range(200))
+        consumed = client.consume(topic, [0], count=200, timeout=60)
+        assert [c.value for c in consumed] == [f"{client_name}-b{i}".encode() for i in range(100)] + [
+            f"{client_name}-a{i}".encode() for i in range(100)]
+    finally:
+        client.close()
+    wait_until(lambda: len(cluster.isr(topic)) == 3, timeout_s=40, what="the stopped broker back in the ISR")
