@@ -302,13 +302,15 @@ class Broker:
     # -- topics ----------------------------------------------------------------------------------
 
     def create_topic(self, name: str, partitions: int | None = None, replication_factor: int | None = None,
-                     configs: dict[str, str] | None = None, *, validate_only: bool = False) -> Topic | None:
+                     configs: dict[str, str] | None = None, *, validate_only: bool = False,
+                     assignment: dict[int, tuple[int, ...]] | None = None) -> Topic | None:
         partitions = self.config.num_partitions if partitions in (None, -1) else partitions
         rf = self.config.default_replication_factor if replication_factor in (None, -1) else replication_factor
         assert partitions is not None and rf is not None
         configs = dict(configs or {})
         if self.replicated:
-            return self._create_topic_in_zk(name, partitions, rf, configs, validate_only=validate_only)
+            return self._create_topic_in_zk(name, partitions, rf, configs, validate_only=validate_only,
+                                            assignment=assignment)
         registry = self.registry
         assert isinstance(registry, TopicRegistry)
         registry.check_new(name, partitions, rf)
@@ -322,7 +324,8 @@ class Broker:
         return topic
 
     def _create_topic_in_zk(self, name: str, partitions: int, rf: int, configs: dict[str, str], *,
-                            validate_only: bool, internal: bool = False) -> Topic | None:
+                            validate_only: bool, internal: bool = False,
+                            assignment: dict[int, tuple[int, ...]] | None = None) -> Topic | None:
         """Write the topic's assignment to ZooKeeper (as Kafka's AdminZkClient); the controller elects its
         leaders and every broker learns of it through its watches. Blocks for one ZooKeeper round trip."""
         from odradek.cluster.controller.assignment import assign_replicas
@@ -332,7 +335,8 @@ class Broker:
         assert cluster is not None and cluster.zk is not None
         cluster.check_new_topic(name, partitions, rf)
         self.validate_topic_configs(configs)
-        replicas = assign_replicas(cluster.live_broker_racks(), partitions, rf)
+        replicas = assignment if assignment is not None else assign_replicas(cluster.live_broker_racks(),
+                                                                              partitions, rf)
         if validate_only:
             return None
         topic_id = uuid.uuid4()
@@ -420,7 +424,8 @@ class Broker:
         log.info("deleted topic %s", name)
         return topic
 
-    def add_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:
+    def add_partitions(self, name: str, count: int, *, validate_only: bool = False,
+                       assignment: dict[int, tuple[int, ...]] | None = None) -> None:
         topic = self.registry.get(name)
         if topic is None:
             raise UnknownTopicError(f"topic '{name}' does not exist")
@@ -433,7 +438,7 @@ class Broker:
         if validate_only:
             return
         if self.replicated:
-            self._add_partitions_in_zk(name, count)
+            self._add_partitions_in_zk(name, count, assignment)
             return
         registry = self.registry
         assert isinstance(registry, TopicRegistry)
@@ -442,7 +447,7 @@ class Broker:
         registry.set_partitions(name, count)
         log.info("topic %s now has %d partitions", name, count)
 
-    def _add_partitions_in_zk(self, name: str, count: int) -> None:
+    def _add_partitions_in_zk(self, name: str, count: int, assignment: dict[int, tuple[int, ...]] | None) -> None:
         from dataclasses import replace
 
         from odradek.cluster.controller.assignment import add_partitions_assignment
@@ -450,7 +455,8 @@ class Broker:
         cluster = self.cluster
         assert cluster is not None and cluster.zk is not None
         current = cluster.assignments[name]
-        added = add_partitions_assignment(current.replicas, count, cluster.live_broker_racks())
+        added = assignment if assignment is not None else add_partitions_assignment(
+            current.replicas, count, cluster.live_broker_racks())
         cluster.zk.set_topic_assignment(replace(current, replicas={**current.replicas, **added}))
         log.info("topic %s now has %d partitions", name, count)
 

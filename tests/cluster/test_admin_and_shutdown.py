@@ -104,3 +104,23 @@ def test_controlled_shutdown_moves_leadership_before_stopping(cluster: Cluster) 
     assert max(gaps) < 5.0, f"longest gap between acknowledged writes: {max(gaps):.2f} s"
     cluster.brokers[leader].start()
     wait_until(lambda: len(cluster.isr(topic)) == 3, timeout_s=40, what="the broker back in the ISR")
+
+
+def test_manual_replica_assignment(cluster: Cluster) -> None:
+    from kafka.admin import KafkaAdminClient
+    from kafka.admin import NewTopic as KpNewTopic
+
+    topic = _topic()
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=30000)
+    try:
+        admin.create_topics([KpNewTopic(topic, -1, -1, replica_assignments={0: [2, 3], 1: [3, 1]})])
+        wait_until(lambda: len(cluster.partitions(topic)) == 2 and all(p.leader >= 0 for p in
+                                                                      cluster.partitions(topic).values()),
+                   what="leaders for the manually assigned partitions")
+        parts = cluster.partitions(topic)
+        assert list(parts[0].replicas) == [2, 3] and parts[0].leader == 2
+        assert list(parts[1].replicas) == [3, 1] and parts[1].leader == 3
+        with pytest.raises(Exception, match=r"(?i)invalid.*replica.*assignment"):
+            admin.create_topics([KpNewTopic(_topic(), -1, -1, replica_assignments={0: [1, 9]})])
+    finally:
+        admin.close()

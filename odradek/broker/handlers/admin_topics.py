@@ -9,8 +9,8 @@ Invariants:
   ``KafkaError`` that refused it; a client mistake never raises out of a handler.
 - A topic named more than once in one request is not acted on and is answered once, with
   ``INVALID_REQUEST`` (Kafka: "Duplicate topic name.").
-- Manual replica assignments are accepted only when they describe what this broker would do
-  anyway: every partition on this broker (``node_id``), one replica each, partitions numbered
+- Manual replica assignments name registered brokers only (this broker alone on a single node), each
+  at most once per partition, the same number of replicas for every partition, partitions numbered
   ``0..n-1`` (CreateTopics) or one assignment per new partition (CreatePartitions). Anything else is
   ``INVALID_REPLICA_ASSIGNMENT``; assignments together with an explicit partition count or
   replication factor are ``INVALID_REQUEST``, as in Kafka.
@@ -58,11 +58,12 @@ def _check_replicas(broker: Broker, where: str, broker_ids: Any) -> None:
         raise _InvalidReplicaAssignment(f"{where} has an empty replica list")
     if len(set(ids)) != len(ids):
         raise _InvalidReplicaAssignment(f"{where} names a broker more than once: {ids}")
-    unknown = [i for i in ids if i != broker.node_id]
+    known = set(broker.cluster.brokers) if broker.cluster is not None else {broker.node_id}
+    unknown = [i for i in ids if i not in known]
     if unknown:
         raise _InvalidReplicaAssignment(
             f"{where} includes broker {unknown[0]}, but no such broker is registered "
-            f"(this cluster has one broker, {broker.node_id})"
+            f"(registered: {', '.join(str(b) for b in sorted(known))})"
         )
 
 
@@ -81,9 +82,12 @@ def _partitions_from_assignments(broker: Broker, topic: Any) -> tuple[int, int]:
         raise _InvalidReplicaAssignment(
             f"partitions of a manual assignment must be numbered 0..{len(indexes) - 1} without gaps, got {indexes}"
         )
+    sizes = {len(list(a.broker_ids or ())) for a in topic.assignments}
     for a in topic.assignments:
         _check_replicas(broker, f"the assignment of partition {a.partition_index}", a.broker_ids)
-    return len(indexes), 1
+    if len(sizes) != 1:
+        raise _InvalidReplicaAssignment("every partition of a manual assignment needs the same number of replicas")
+    return len(indexes), sizes.pop()
 
 
 def _create_one(ctx: RequestContext, topic: Any, validate_only: bool) -> dict[str, Any]:
@@ -92,11 +96,13 @@ def _create_one(ctx: RequestContext, topic: Any, validate_only: bool) -> dict[st
     if nulls:
         raise InvalidConfigError(f"Null value not supported for topic configs: {', '.join(nulls)}")
     configs = {c.name: c.value for c in topic.configs}
+    assignment = None
     if topic.assignments:
         partitions, rf = _partitions_from_assignments(b, topic)
+        assignment = {a.partition_index: tuple(a.broker_ids) for a in topic.assignments}
     else:
         partitions, rf = topic.num_partitions, topic.replication_factor
-    created = b.create_topic(topic.name, partitions, rf, configs, validate_only=validate_only)
+    created = b.create_topic(topic.name, partitions, rf, configs, validate_only=validate_only, assignment=assignment)
     if created is not None:
         partitions, configs, topic_id = created.partitions, created.configs, created.topic_id
     else:
@@ -229,7 +235,9 @@ def _create_partitions_one(ctx: RequestContext, topic: Any, validate_only: bool)
         for i, a in enumerate(topic.assignments):
             _check_replicas(b, f"the assignment of new partition {known.partitions + i}", a.broker_ids)
     if not validate_only:
-        b.add_partitions(topic.name, topic.count)
+        manual = ({known.partitions + i: tuple(a.broker_ids) for i, a in enumerate(topic.assignments)}
+                  if topic.assignments is not None else None)
+        b.add_partitions(topic.name, topic.count, assignment=manual)
 
 
 async def handle_create_partitions(ctx: RequestContext, request: Any) -> dict[str, Any]:
