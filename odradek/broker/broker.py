@@ -330,6 +330,7 @@ class Broker:
         leaders and every broker learns of it through its watches. Blocks for one ZooKeeper round trip."""
         from odradek.cluster.controller.assignment import assign_replicas
         from odradek.cluster.model import TopicAssignment
+        from odradek.cluster.zk.client import TopicExistsInZkError
 
         cluster = self.cluster
         assert cluster is not None and cluster.zk is not None
@@ -340,7 +341,10 @@ class Broker:
         if validate_only:
             return None
         topic_id = uuid.uuid4()
-        cluster.zk.create_topic(TopicAssignment(name, topic_id, dict(replicas)), configs)
+        try:
+            cluster.zk.create_topic(TopicAssignment(name, topic_id, dict(replicas)), configs)
+        except TopicExistsInZkError as e:  # created meanwhile through another broker
+            raise TopicExistsError(f"topic '{name}' already exists") from e
         log.info("created topic %s with %d partitions, replication factor %d: %s", name, partitions, rf,
                  {p: list(r) for p, r in sorted(replicas.items())})
         return Topic(name, topic_id, partitions, configs, internal)

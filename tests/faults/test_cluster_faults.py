@@ -310,6 +310,8 @@ def test_kill_9_of_the_leader_round_after_round_loses_nothing_acknowledged(clust
         acked = load.finish()
     assert len(acked) >= 8 * 300
     _check_exactly_once(cluster, topic, acked)
+    # every killed leader dropped whatever it had beyond the new leader's log
+    assert len(_identical_replicas(cluster, topic)) == len(acked)
 
 
 # -- 2. a leader stopped past its session timeout (a zombie) -------------------------------------------------
@@ -484,6 +486,7 @@ def test_acks_all_waits_while_the_isr_is_below_min_insync_replicas(cluster: Clus
     after = _produce(cluster, topic, [f"after-{i}".encode() for i in range(20)])
     got = _consume_all(cluster, topic, 41)
     assert sorted(v for _, _, v in got) == sorted([v for _, _, v in one] + [b"waited"] + [v for _, _, v in after])
+    assert [v for _, _, v in _identical_replicas(cluster, topic)] == [v for _, _, v in sorted(got)]
 
 
 # -- 7. replica fetches from an unknown replica and a stale broker epoch ---------------------------------------------

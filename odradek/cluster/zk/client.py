@@ -375,18 +375,18 @@ class ZkClient:
                 value = decode(data, stat)
             except ZkDataError as exc:
                 if not first.set:
-                    first.error, first.dead = exc, True
+                    first.fail(exc)
                     return False
                 _log.error("ignoring a change of %s: %s", path, exc)
                 return None
             if not first.set:
-                first.set, first.value = True, value
+                first.deliver(value)
             else:
                 self._deliver(callback, value)
             return None
 
         self._run_recipe(lambda: self._kz.DataWatch(path, on_data))
-        return first.result(path)
+        return first.result(path, self._retry_deadline_s)
 
     def _children_watch(self, path: str, callback: Callable[[list[str]], None]) -> list[str]:
         """Start a ChildrenWatch on ``path`` (created if missing); first list returned, later ones to ``callback``."""
@@ -398,13 +398,13 @@ class ZkClient:
                 return False
             names = sorted(children)
             if not first.set:
-                first.set, first.value = True, names
+                first.deliver(names)
             else:
                 self._deliver(callback, names)
             return None
 
         self._run_recipe(lambda: self._kz.ChildrenWatch(path, on_children))
-        return first.result(path)
+        return first.result(path, self._retry_deadline_s)
 
     def _run_recipe(self, make: Callable[[], object]) -> None:
         """Start a kazoo watch recipe. Its first read is synchronous and, once sent, waits for a reconnection
@@ -910,19 +910,31 @@ class ZkClient:
 
 
 class _FirstValue(Generic[T]):
-    """The first call of a recipe's function, which kazoo makes synchronously when the watch starts."""
+    """The first call of a recipe's function. kazoo usually makes it synchronously when the watch starts, but
+    when the znode changes while the watch starts it comes a little later from kazoo's own thread: ``result``
+    waits for it (bounded) rather than losing it."""
 
     def __init__(self) -> None:
         self.set = False
         self.value: T | None = None
         self.error: ZkDataError | None = None
         self.dead = False
+        self._done = threading.Event()
 
-    def result(self, path: str) -> T:
+    def deliver(self, value: T) -> None:
+        self.value, self.set = value, True
+        self._done.set()
+
+    def fail(self, error: ZkDataError) -> None:
+        self.error, self.dead = error, True
+        self._done.set()
+
+    def result(self, path: str, timeout_s: float) -> T:
+        self._done.wait(max(timeout_s, 0.0))
         if self.error is not None:
             raise self.error
         if not self.set:
-            raise ZkError(f"the watch on {path} did not start (the client is closing?)")
+            raise ZkError(f"the watch on {path} did not start within {timeout_s:.1f} s (the client is closing?)")
         return self.value  # type: ignore[return-value]
 
 
