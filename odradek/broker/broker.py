@@ -136,6 +136,7 @@ class Broker:
         self.cluster = member
         self.topics = member.view
         self.replicas.isr_writer = member.update_isr
+        member.on_broker_configs = self._broker_configs_changed
         self.pool = ConnectionPool(client_id=f"odradek-broker-{self.node_id}", resolve=member.address_of)
         self.fetcher = ReplicaFetcher(
             self.replicas, self.pool,
@@ -146,6 +147,7 @@ class Broker:
         self.replicas.on_followers_changed = self.fetcher.replan
         self.replicas.is_shutting_down = lambda b: (reg := member.brokers.get(b)) is not None and reg.shutting_down
         cluster_id = await member.start(cfg.cluster_id)
+        self._broker_configs_changed()
         for d in cfg.log_dirs:
             check_meta_properties(d, cluster_id, self.node_id)
         zk = member.zk
@@ -257,7 +259,7 @@ class Broker:
 
     def dynamic_broker_configs(self, entity: str) -> dict[str, str]:
         """The dynamic broker configs of ``entity`` (``""`` or this broker's node id)."""
-        if self.topics is None or self.replicated:
+        if self.topics is None:
             return {}
         return dict(self.topics.broker_configs.get(entity, {}))
 
@@ -284,20 +286,39 @@ class Broker:
         an invalid value, before anything changes.
         """
         assert entity in ("", self.broker_entity), entity
-        if self.replicated:
-            raise InvalidConfigError("dynamic broker configs are not supported in a ZooKeeper cluster yet: "
-                                     "set the key in server.properties and restart the brokers")
         defaults = self._log_defaults_with(self._dynamic_layers(entity, configs))
         per_topic = {name: self.topic_log_config(t.configs, defaults) for name, t in self.registry.topics.items()}
         if validate_only:
             return
-        self.registry.set_broker_configs(entity, configs)
+        if self.replicated:  # /config/brokers/<entity>; every broker applies it from its watch
+            assert self.cluster is not None and self.cluster.zk is not None
+            self.cluster.zk.set_config("brokers", entity or "<default>", configs)
+            log.info("altered dynamic broker configs of %s: %s",
+                     "the cluster default" if entity == "" else f"broker {entity}", configs)
+            return
+        registry = self.registry
+        assert isinstance(registry, TopicRegistry)
+        registry.set_broker_configs(entity, configs)
+        self._apply_log_defaults(defaults, per_topic)
+        log.info("altered dynamic broker configs of %s: %s",
+                 "the cluster default" if entity == "" else f"broker {entity}", configs)
+
+    def _broker_configs_changed(self) -> None:
+        """Cluster: the dynamic broker configs in ZooKeeper changed: new topic defaults for every log."""
+        try:
+            defaults = self._log_defaults_with(self._dynamic_layers())
+        except KafkaError as e:
+            log.warning("ignoring the dynamic broker configs stored in ZooKeeper: %s", e)
+            return
+        per_topic = {name: self.topic_log_config(t.configs, defaults) for name, t in self.registry.topics.items()}
+        self._apply_log_defaults(defaults, per_topic)
+        log.info("applied the dynamic broker configs from ZooKeeper")
+
+    def _apply_log_defaults(self, defaults: LogConfig, per_topic: dict[str, LogConfig]) -> None:
         self.log_defaults = defaults
         self.log_manager.default_config = defaults
         for lg in self.log_manager.logs():
             lg.update_config(per_topic.get(lg.topic, defaults))
-        log.info("altered dynamic broker configs of %s: %s",
-                 "the cluster default" if entity == "" else f"broker {entity}", configs)
 
     # -- topics ----------------------------------------------------------------------------------
 

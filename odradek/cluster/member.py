@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+DEFAULT_ENTITY = "<default>"  # /config/brokers/<default>: the cluster-wide dynamic broker configs
 _WATCH_START_ATTEMPTS = 3
 
 
@@ -91,6 +92,7 @@ class ClusterMember:
         self.on_topic_gone = on_topic_gone
         self.on_topic_configs = on_topic_configs
         self.on_partition_state = on_partition_state
+        self.on_broker_configs: Callable[[], None] | None = None  # dynamic broker configs changed
         self.zk: ZkClient | None = None
         self.view = ClusterView("")  # the cluster id is known once connected
         self.brokers: dict[int, BrokerRegistration] = {}
@@ -124,6 +126,7 @@ class ClusterMember:
         await asyncio.to_thread(zk.ensure_paths)
         cluster_id = await asyncio.to_thread(zk.get_or_create_cluster_id, proposed_cluster_id or _new_cluster_id())
         self.view.cluster_id = cluster_id
+        await asyncio.to_thread(self.read_broker_configs)
         await asyncio.to_thread(self._load_image)
         await self._register()
         return cluster_id
@@ -322,6 +325,28 @@ class ClusterMember:
             kind, _, name = path.partition("/")
             if kind == "topics" and name in self.assignments:
                 self._spawn(self._reload_topic_config(name))
+            elif kind == "brokers" and name in (DEFAULT_ENTITY, str(self.broker_id)):
+                self._spawn(self._reload_broker_config(name))
+
+    def read_broker_configs(self) -> None:
+        """The cluster default and this broker's dynamic configs (worker thread; at start)."""
+        assert self.zk is not None
+        for name in (DEFAULT_ENTITY, str(self.broker_id)):
+            self._set_broker_configs(name, self.zk.get_config("brokers", name))
+
+    def _set_broker_configs(self, name: str, configs: dict[str, str]) -> None:
+        entity = "" if name == DEFAULT_ENTITY else name
+        if configs:
+            self.view.broker_configs[entity] = dict(configs)
+        else:
+            self.view.broker_configs.pop(entity, None)
+
+    async def _reload_broker_config(self, name: str) -> None:
+        assert self.zk is not None
+        configs = await asyncio.to_thread(self.zk.get_config, "brokers", name)
+        self._set_broker_configs(name, configs)
+        if self.on_broker_configs is not None:
+            self.on_broker_configs()
 
     async def _reload_topic_config(self, name: str) -> None:
         assert self.zk is not None

@@ -124,3 +124,43 @@ def test_manual_replica_assignment(cluster: Cluster) -> None:
             admin.create_topics([KpNewTopic(_topic(), -1, -1, replica_assignments={0: [1, 9]})])
     finally:
         admin.close()
+
+
+def _alter_cluster_default(cluster: Cluster, configs: dict[str, str]) -> None:
+    """AlterConfigs on the BROKER resource "" (the cluster default) sent with the broker's own protocol client:
+    librdkafka and kafka-python both refuse an empty broker name client-side."""
+    import asyncio
+
+    from odradek.client.connection import BrokerConnection
+    from odradek.protocol import apis
+
+    async def send() -> int:
+        conn = BrokerConnection("127.0.0.1", cluster.brokers[1].fixed_port)
+        await conn.connect()
+        try:
+            request = {"resources": [{"resource_type": 4, "resource_name": "",
+                                      "configs": [{"name": k, "value": v} for k, v in configs.items()]}],
+                       "validate_only": False}
+            response = await conn.send(apis.ALTER_CONFIGS, request)
+            return int(response.responses[0].error_code)
+        finally:
+            await conn.close()
+    assert asyncio.run(send()) == 0
+
+
+def test_dynamic_cluster_default_reaches_every_broker(cluster: Cluster) -> None:
+    """A cluster-wide dynamic broker config (``/config/brokers/<default>``) becomes every topic's default."""
+    topic = _topic()
+    cluster.create_topic(topic, partitions=1, replication_factor=3)
+    _alter_cluster_default(cluster, {"log.retention.ms": "7654321"})
+    try:
+        for b in cluster.each():
+            single = cluster.admin().__class__({"bootstrap.servers": f"127.0.0.1:{b.fixed_port}"})
+
+            def value(single: object = single) -> bool:
+                r = ConfigResource(ConfigResource.Type.TOPIC, topic)
+                got = single.describe_configs([r])[r].result(timeout=10)  # type: ignore[attr-defined]
+                return got["retention.ms"].value == "7654321"
+            wait_until(value, what=f"broker {b.broker_id} to apply the cluster default")
+    finally:
+        _alter_cluster_default(cluster, {})
