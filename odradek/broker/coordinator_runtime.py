@@ -61,6 +61,7 @@ class CoordinatorRuntime:
         self._load_gens: dict[int, int] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self.commit_timeout_ms = 5000  # offsets.commit.timeout.ms
+        self.coordinator: Any = None
 
     def now(self) -> int:
         return self.broker.clock.milliseconds()
@@ -80,6 +81,44 @@ class CoordinatorRuntime:
         return topic.partitions if topic is not None else num_partitions
 
     # -- leadership (cluster) ------------------------------------------------------------------------
+
+    def on_leadership(self, partition: int, leader: bool, leader_epoch: int) -> None:
+        """Cluster: load ``partition`` when this broker becomes its leader (a fresh load generation), unload it
+        when it stops. Each runtime says how to begin, load and unload (``_begin_load``, ``_load_one``,
+        ``_unload``) and how to make its coordinator owning no partition yet (``_cluster_coordinator``)."""
+        if leader:
+            coord = self._cluster_coordinator()
+            assert coord.owned is not None
+            coord.owned.add(partition)
+            self._begin_load(partition, leader_epoch)
+            self.spawn(self._load_one(partition, self.next_load(partition)))
+            return
+        self.next_load(partition)
+        coord = self.coordinator
+        if coord is not None and coord.owned is not None and partition in coord.owned:
+            self._unload(partition)
+            log.info("%s-%d: no longer its leader: what it coordinated moved to another broker", self.topic,
+                     partition)
+
+    def _cluster_coordinator(self) -> Any:
+        """The coordinator, created (owning nothing) if this is the first partition this broker leads."""
+        if self.coordinator is None:
+            topic = self.broker.registry.get(self.topic)
+            self.coordinator = self._new_cluster_coordinator(topic.partitions if topic is not None else None)
+            self.coordinator.owned = set()
+        return self.coordinator
+
+    def _new_cluster_coordinator(self, partitions: int | None) -> Any:
+        raise NotImplementedError
+
+    def _begin_load(self, partition: int, leader_epoch: int) -> None:
+        raise NotImplementedError
+
+    async def _load_one(self, partition: int, gen: int) -> None:
+        raise NotImplementedError
+
+    def _unload(self, partition: int) -> None:
+        raise NotImplementedError
 
     def next_load(self, partition: int) -> int:
         """A new load generation for ``partition``: a load still running for an older one must not finish."""

@@ -126,28 +126,17 @@ class GroupRuntime(CoordinatorRuntime):
                     self.reset_growth(p)
         return self.coordinator
 
-    def on_leadership(self, partition: int, leader: bool, leader_epoch: int) -> None:
-        """Cluster: load ``partition`` when this broker becomes its leader, unload it when it stops."""
-        if leader:
-            coord = self.coordinator
-            if coord is None:
-                topic = self.broker.registry.get(OFFSETS_TOPIC)
-                coord = self.coordinator = GroupCoordinator(
-                    self.config, topic.partitions if topic is not None else self.config.num_partitions)
-                coord.owned = set()
-            assert coord.owned is not None
-            coord.owned.add(partition)
-            coord.begin_load(partition)
-            gen = self.next_load(partition)
-            self.spawn(self._load_one(partition, gen))
-            return
-        self.next_load(partition)
-        coord = self.coordinator
-        if coord is not None and coord.owned is not None and partition in coord.owned:
-            tickets = coord.unload(partition)
-            self.deliver([(t, {"error_code": ErrorCode.NOT_COORDINATOR}) for t in tickets])
-            log.info("%s-%d: no longer its leader: its groups moved to another coordinator", OFFSETS_TOPIC,
-                     partition)
+    def _new_cluster_coordinator(self, partitions: int | None) -> GroupCoordinator:
+        return GroupCoordinator(self.config, partitions if partitions is not None else self.config.num_partitions)
+
+    def _begin_load(self, partition: int, leader_epoch: int) -> None:
+        assert self.coordinator is not None
+        self.coordinator.begin_load(partition)
+
+    def _unload(self, partition: int) -> None:
+        assert self.coordinator is not None
+        tickets = self.coordinator.unload(partition)
+        self.deliver([(t, {"error_code": ErrorCode.NOT_COORDINATOR}) for t in tickets])
 
     async def _load_one(self, p: int, gen: int) -> None:
         coord = self.coordinator

@@ -125,30 +125,20 @@ class TxnRuntime(CoordinatorRuntime):
             empty.owned = set()
         return empty
 
-    def on_leadership(self, partition: int, leader: bool, leader_epoch: int) -> None:
-        """Cluster: load ``partition`` when this broker becomes its leader (the coordinator epoch is the leader
-        epoch, which fences markers of an older coordinator), unload it when it stops."""
-        if leader:
-            coord = self.coordinator
-            if coord is None:
-                topic = self.broker.registry.get(TXN_STATE_TOPIC)
-                coord = self.coordinator = self._new_coordinator(
-                    topic.partitions if topic is not None else self.config.num_partitions)
-                coord.owned = set()
-            assert coord.owned is not None
-            coord.owned.add(partition)
-            coord.begin_load(partition, leader_epoch)
-            gen = self.next_load(partition)
-            self.spawn(self._load_one(partition, gen))
-            return
-        self.next_load(partition)
+    def _new_cluster_coordinator(self, partitions: int | None) -> TransactionCoordinator:
+        return self._new_coordinator(partitions if partitions is not None else self.config.num_partitions)
+
+    def _begin_load(self, partition: int, leader_epoch: int) -> None:
+        """The coordinator epoch is the partition's leader epoch: it fences markers of an older coordinator."""
+        assert self.coordinator is not None
+        self.coordinator.begin_load(partition, leader_epoch)
+
+    def _unload(self, partition: int) -> None:
         coord = self.coordinator
-        if coord is not None and coord.owned is not None and partition in coord.owned:
-            coord.unload(partition)
-            for tid in [t for t in self._outstanding if coord.partition_of(t) == partition]:
-                del self._outstanding[tid]  # the next coordinator writes them again
-            log.info("%s-%d: no longer its leader: its transactional ids moved to another coordinator",
-                     TXN_STATE_TOPIC, partition)
+        assert coord is not None
+        coord.unload(partition)
+        for tid in [t for t in self._outstanding if coord.partition_of(t) == partition]:
+            del self._outstanding[tid]  # the next coordinator writes them again
 
     async def _load_one(self, p: int, gen: int) -> None:
         coord = self.coordinator

@@ -266,6 +266,11 @@ class ClusterMember:
         for p, state in states.items():
             if state is not None:
                 self._on_state((assignment.name, p), state)
+        # states whose watch event came before the assignment did (the controller is quick) were kept
+        # but could not be applied without it: apply them now
+        for p in assignment.replicas:
+            if states.get(p) is None and (assignment.name, p) in self.states:
+                self._apply((assignment.name, p))
 
     def _on_assignment(self, name: str, assignment: TopicAssignment | None) -> None:
         if assignment is None:
