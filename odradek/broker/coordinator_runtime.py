@@ -26,7 +26,7 @@ import itertools
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from odradek.coordinator.group.effects import Effects, Reply
 from odradek.coordinator.group.model import Ticket
@@ -37,7 +37,35 @@ from odradek.replica.partition import Partition
 from odradek.storage.log import Log
 
 if TYPE_CHECKING:
-    from odradek.broker.broker import Broker
+    from odradek.broker.config import BrokerConfig
+    from odradek.clock import Clock
+    from odradek.cluster.member import ClusterMember
+    from odradek.coordinator.txn.allocator import ProducerIdAllocator
+    from odradek.replica.manager import ReplicaManager
+
+
+class CoordinatorHost(Protocol):
+    """What a coordinator runtime needs of the broker (the broker object satisfies it; the runtimes never
+    import it, so there is no import circle between the composition root and the runtimes)."""
+
+    clock: Clock
+    config: BrokerConfig
+    replicas: ReplicaManager
+    replicated: bool
+    cluster: ClusterMember | None
+    pool: Any
+    producer_ids: ProducerIdAllocator
+
+    @property
+    def registry(self) -> Any: ...
+
+    def get_log(self, topic: str, partition: int) -> Log: ...
+
+    def create_internal_topic(self, name: str, partitions: int, configs: dict[str, str], *,
+                              replication_factor: int, min_isr: int | None = None) -> None: ...
+
+    def append_txn_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int, commit: bool,
+                          coordinator_epoch: int) -> Partition: ...
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +79,7 @@ class _Growth:
 
 
 class CoordinatorRuntime:
-    def __init__(self, broker: Broker, topic: str, segment_bytes: int) -> None:
+    def __init__(self, broker: CoordinatorHost, topic: str, segment_bytes: int) -> None:
         self.broker = broker
         self.topic = topic
         self.segment_bytes = segment_bytes

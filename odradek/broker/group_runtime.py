@@ -41,9 +41,9 @@ import asyncio
 import logging
 import struct
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from odradek.broker.coordinator_runtime import CoordinatorRuntime, stored_batches
+from odradek.broker.coordinator_runtime import CoordinatorHost, CoordinatorRuntime, stored_batches
 from odradek.coordinator.group.config import GroupConfig
 from odradek.coordinator.group.coordinator import GroupCoordinator
 from odradek.coordinator.group.effects import Effects, Write
@@ -63,9 +63,6 @@ from odradek.protocol.records import ControlType, Header, RecordInput, build_bat
 from odradek.replica.partition import Partition
 from odradek.storage.log import Log
 
-if TYPE_CHECKING:
-    from odradek.broker.broker import Broker
-
 log = logging.getLogger(__name__)
 
 ORIGIN_HEADER = "odradek.origin.offset"  # on a rewritten offset record: the offset of its original
@@ -74,7 +71,7 @@ _BATCH_RECORDS = 2000  # records per batch when one write spans many (rewrites, 
 
 
 class GroupRuntime(CoordinatorRuntime):
-    def __init__(self, broker: Broker, config: GroupConfig, segment_bytes: int) -> None:
+    def __init__(self, broker: CoordinatorHost, config: GroupConfig, segment_bytes: int) -> None:
         super().__init__(broker, OFFSETS_TOPIC, segment_bytes)
         self.config = config
         self.coordinator: GroupCoordinator | None = None

@@ -33,9 +33,9 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from odradek.broker.coordinator_runtime import CoordinatorRuntime, replication_error, stored_batches
+from odradek.broker.coordinator_runtime import CoordinatorHost, CoordinatorRuntime, replication_error, stored_batches
 from odradek.coordinator.group.model import Ticket
 from odradek.coordinator.txn.config import TxnConfig
 from odradek.coordinator.txn.coordinator import TransactionCoordinator
@@ -46,9 +46,6 @@ from odradek.protocol.errors import ErrorCode, KafkaError, UnknownTopicError
 from odradek.protocol.records import build_batch, decode_records
 from odradek.replica.partition import Partition
 from odradek.storage.log import Log
-
-if TYPE_CHECKING:
-    from odradek.broker.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +64,7 @@ class _Outstanding:
 
 
 class TxnRuntime(CoordinatorRuntime):
-    def __init__(self, broker: Broker, config: TxnConfig, segment_bytes: int) -> None:
+    def __init__(self, broker: CoordinatorHost, config: TxnConfig, segment_bytes: int) -> None:
         super().__init__(broker, TXN_STATE_TOPIC, segment_bytes)
         self.config = config
         self.coordinator: TransactionCoordinator | None = None

@@ -35,6 +35,15 @@ def controller_id(ctx: RequestContext) -> int:
     return ctx.broker.node_id if cluster is None else cluster.controller_id
 
 
+def _local_partition(ctx: RequestContext, name: str, p: int) -> dict[str, Any]:
+    """A single node's partition: led here, one replica."""
+    b = ctx.broker
+    part = b.replicas.get(name, p)
+    return {"error_code": ErrorCode.NONE, "partition_index": p, "leader_id": b.node_id,
+            "leader_epoch": part.leader_epoch if part is not None else 0,
+            "replica_nodes": [b.node_id], "isr_nodes": [b.node_id], "offline_replicas": []}
+
+
 def _cluster_partition(ctx: RequestContext, name: str, p: int) -> dict[str, Any]:
     cluster = ctx.broker.cluster
     assert cluster is not None
@@ -59,17 +68,10 @@ def topic_entry(ctx: RequestContext, name: str) -> dict[str, Any]:
     if topic is None:
         return {"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "name": name, "partitions": [],
                 "topic_authorized_operations": AUTHORIZED_OPERATIONS_UNSET}
-    partitions = []
     if b.cluster is not None:
         partitions = [_cluster_partition(ctx, name, p) for p in range(topic.partitions)]
-    for p in range(topic.partitions if b.cluster is None else 0):
-        lg = b.log_manager.get_log(name, p)
-        epoch = lg.leader_epochs.latest_epoch if lg is not None else None
-        partitions.append({
-            "error_code": ErrorCode.NONE, "partition_index": p, "leader_id": b.node_id,
-            "leader_epoch": epoch if epoch is not None else 0,
-            "replica_nodes": [b.node_id], "isr_nodes": [b.node_id], "offline_replicas": [],
-        })
+    else:
+        partitions = [_local_partition(ctx, name, p) for p in range(topic.partitions)]
     return {"error_code": ErrorCode.NONE, "name": name, "topic_id": topic.topic_id, "is_internal": topic.internal,
             "partitions": partitions, "topic_authorized_operations": AUTHORIZED_OPERATIONS_UNSET}
 
