@@ -11,9 +11,11 @@ Not a benchmark itself. Invariants:
   acknowledgement times and the benchmark's kill times are on one clock.
 
 Run as ``python -m bench._cluster probe --bootstrap B --topic T --rate R --max-seconds S --out FILE``: the
-probe producer (confluent-kafka, acks=all, idempotent, linger.ms 0, partition 0) writes one line per
-delivery report to FILE: ``<monotonic s> <offset>`` for an acknowledged record, ``E <monotonic s> <error>``
-for a failed one.
+probe producer (confluent-kafka, or kafka-python with ``--client kafka-python``; acks=all, idempotent, linger
+0, partition 0) writes one line per delivery report to FILE: ``<monotonic s> <offset>`` for an acknowledged
+record, ``E <monotonic s> <error>`` for a failed one. ``python -m bench._cluster rtt --bootstrap B --topic T
+--acks A --count N``: N produce requests of one 100-byte record, each sent once the previous one was
+acknowledged; prints ``n p50_us p99_us``.
 """
 
 from __future__ import annotations
@@ -191,12 +193,24 @@ def admin(bootstrap: str) -> Any:
 def create_topic(bootstrap: str, name: str, *, partitions: int = 1, replication_factor: int = 1,
                  config: dict[str, str] | None = None, timeout_s: float = 60.0) -> None:
     """CreateTopics, then wait until the metadata shows every partition with a leader and a full ISR."""
+    from confluent_kafka import KafkaException
     from confluent_kafka.admin import NewTopic
 
     a = admin(bootstrap)
-    fut = a.create_topics([NewTopic(name, partitions, replication_factor, config=config or {})],
-                          operation_timeout=timeout_s)[name]
-    fut.result(timeout=timeout_s)
+    for attempt in range(3):  # a client that has not learnt the controller yet times out: ask again (bounded)
+        fut = a.create_topics([NewTopic(name, partitions, replication_factor, config=config or {})],
+                              operation_timeout=timeout_s, request_timeout=30)[name]
+        try:
+            fut.result(timeout=timeout_s)
+            break
+        except KafkaException as e:
+            err = e.args[0] if e.args else None
+            code = err.code() if hasattr(err, "code") else None
+            if code == getattr(err, "TOPIC_ALREADY_EXISTS", -1) and attempt > 0:
+                break  # an earlier attempt did create it
+            if attempt == 2 or not (getattr(err, "retriable", lambda: False)() or "Timed out" in str(e)):
+                raise
+            print(f"#   note: creating topic {name} failed ({e}); asking again", flush=True)
 
     def ready() -> bool:
         md = a.list_topics(name, timeout=10)
@@ -226,6 +240,7 @@ class Cluster:
                                         log_level=log_level)
                         for i in range(1, size + 1)}
         self.zk: Any = None  # an odradek ZkClient on the chroot, for the benchmark's own questions
+        self.notes: list[str] = []  # what went wrong on the way (reported by the benchmark)
 
     @property
     def bootstrap(self) -> str:
@@ -246,10 +261,44 @@ class Cluster:
             self.zk.start()
             wait_until(lambda: len(self.zk.live_brokers()) == len(self.brokers) and self.controller() >= 0,
                        timeout_s=timeout_s, what=f"{len(self.brokers)} brokers and a controller in ZooKeeper")
+            self._check_images(timeout_s)
         except BaseException:
             self.stop(5)
             raise
         return self
+
+    def stale_images(self) -> dict[int, str]:
+        """Brokers whose Metadata answer (asked of that broker alone) disagrees with ZooKeeper about the live
+        brokers or the controller: broker id -> what it said."""
+        want_ctrl, want_ids = self.controller(), set(self.zk.live_brokers())
+        stale = {}
+        for i, b in self.brokers.items():
+            try:
+                md = admin(b.bootstrap).list_topics(timeout=10)
+                ids, ctrl = set(md.brokers), md.controller_id
+            except Exception as e:
+                stale[i] = f"no metadata ({e})"
+                continue
+            if ids != want_ids or ctrl != want_ctrl:
+                stale[i] = f"brokers {sorted(ids)} and controller {ctrl} (ZooKeeper: {sorted(want_ids)}, {want_ctrl})"
+        return stale
+
+    def _check_images(self, timeout_s: float) -> None:
+        """Every broker's metadata agrees with ZooKeeper within 5 s; a broker that still disagrees then is
+        noted (``notes``) and restarted, at most twice."""
+        for _ in range(3):
+            deadline = time.monotonic() + 5
+            while (stale := self.stale_images()) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if not stale:
+                return
+            for i, said in stale.items():
+                self.notes.append(f"broker {i}'s metadata still said {said} 5 s after start: restarted it")
+                self.brokers[i].stop(10)
+                self.brokers[i].start(timeout_s)
+            wait_until(lambda: len(self.zk.live_brokers()) == len(self.brokers), timeout_s=timeout_s,
+                       what="the restarted brokers registered")
+        raise RuntimeError(f"brokers' metadata disagrees with ZooKeeper after 2 restarts: {self.stale_images()}")
 
     def _start(self, timeout_s: float) -> None:
         for b in self.brokers.values():
@@ -365,9 +414,11 @@ class Probe:
         self._partial = ""
         cmd = [sys.executable, "-m", "bench._cluster", "probe", "--bootstrap", bootstrap, "--topic", topic,
                "--rate", str(rate), "--max-seconds", str(max_seconds), "--out", str(out), *(extra or [])]
-        self.proc = subprocess.Popen(cmd, cwd=str(REPO), env={**os.environ, "PYTHONPATH": str(REPO)},
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     text=True, start_new_session=True)
+        self.err = out.with_suffix(".err")  # a file, not a pipe: a full pipe would stall librdkafka's logging
+        with open(self.err, "wb") as errf:
+            self.proc = subprocess.Popen(cmd, cwd=str(REPO), env={**os.environ, "PYTHONPATH": str(REPO)},
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errf,
+                                         start_new_session=True)
 
     def acks(self) -> list[Ack]:
         try:
@@ -404,15 +455,21 @@ class Probe:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.send_signal(signal.SIGTERM)
         try:
-            _, err = self.proc.communicate(timeout=30)
+            self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            _, err = self.proc.communicate()
+            self.proc.wait(timeout=10)
         self.acks()
-        return err or ""
+        try:
+            return self.err.read_text(errors="replace")
+        except OSError:
+            return ""
 
 
 def _probe_main(a: argparse.Namespace) -> None:
+    if a.client == "kafka-python":
+        _probe_kafka_python(a)
+        return
     from confluent_kafka import Producer
 
     stop = threading.Event()
@@ -459,6 +516,98 @@ def _probe_main(a: argparse.Namespace) -> None:
         out.close()
 
 
+def _probe_kafka_python(a: argparse.Namespace) -> None:
+    """The same probe on kafka-python (its own metadata refresh: ``retry_backoff_ms`` after a leader is lost)."""
+    from kafka import KafkaProducer
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    conf: dict[str, Any] = {"bootstrap_servers": a.bootstrap.split(","), "acks": "all", "linger_ms": 0,
+                            "enable_idempotence": True, "retries": 1_000_000, "delivery_timeout_ms": 120_000,
+                            "request_timeout_ms": 30_000}
+    for item in a.conf:
+        k, _, v = item.partition("=")
+        conf[k] = int(v) if v.lstrip("-").isdigit() else v
+    lock = threading.Lock()
+    out = open(a.out, "w", buffering=1 << 16)
+
+    def ok(md: Any) -> None:
+        now = time.monotonic()
+        with lock:
+            out.write(f"{now:.6f} {md.offset}\n")
+
+    def failed(e: Exception) -> None:
+        now = time.monotonic()
+        with lock:
+            out.write(f"E {now:.6f} {type(e).__name__}\n")
+
+    p = KafkaProducer(**conf)
+    value = os.urandom(100)
+    interval = 1.0 / a.rate
+    t0 = time.monotonic()
+    deadline = t0 + a.max_seconds
+    nxt = t0
+    last_flush = t0
+    try:
+        while not stop.is_set() and time.monotonic() < deadline:
+            now = time.monotonic()
+            if now >= nxt:
+                p.send(a.topic, value=value, partition=0).add_callback(ok).add_errback(failed)
+                nxt = max(nxt + interval, now - 1.0)
+            if now - last_flush > 0.1:
+                with lock:
+                    out.flush()
+                last_flush = now
+            time.sleep(max(0.0, min(nxt - time.monotonic(), 0.005)))
+        p.flush(10)
+        p.close(10)
+    finally:
+        with lock:
+            out.flush()
+            out.close()
+
+
+def _rtt_main(a: argparse.Namespace) -> None:
+    """One record at a time: produce, wait for its acknowledgement, repeat; prints ``n p50_us p99_us``."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": a.bootstrap, "acks": a.acks, "linger.ms": 0, "enable.idempotence": False,
+                  "log_level": 3})
+    done: list[float] = []
+    value = os.urandom(100)
+    for _ in range(20):  # connected, metadata known
+        p.produce(a.topic, value=value, partition=0)
+    p.flush(30)
+    lat: list[float] = []
+    deadline = time.monotonic() + a.max_seconds
+    while len(lat) < a.count and time.monotonic() < deadline:
+        t = time.perf_counter()
+        p.produce(a.topic, value=value, partition=0, on_delivery=lambda err, msg: done.append(time.perf_counter()))
+        while not done:
+            p.poll(0.001)
+            if time.monotonic() > deadline:
+                break
+        if done:
+            lat.append(done.pop() - t)
+    lat.sort()
+    n = len(lat)
+    print(n, f"{lat[n // 2] * 1e6:.0f}" if n else "nan", f"{lat[min(n - 1, int(n * 0.99))] * 1e6:.0f}" if n else "nan")
+
+
+def produce_round_trip(bootstrap: str, topic: str, acks: str, count: int,
+                       max_seconds: float) -> tuple[int, float, float]:
+    """(n, p50 us, p99 us) of ``count`` produce requests of one 100-byte record each, sent one after another."""
+    r = subprocess.run([sys.executable, "-m", "bench._cluster", "rtt", "--bootstrap", bootstrap, "--topic", topic,
+                        "--acks", acks, "--count", str(count), "--max-seconds", str(max_seconds)],
+                       capture_output=True, text=True, cwd=str(REPO), env={**os.environ, "PYTHONPATH": str(REPO)},
+                       timeout=max_seconds + 60)
+    try:
+        n, p50, p99 = r.stdout.split()
+        return int(n), float(p50), float(p99)
+    except ValueError:
+        raise RuntimeError(f"produce round trips: no result (exit {r.returncode}): {r.stderr[-1500:]}") from None
+
+
 # -- the previous code ------------------------------------------------------------------------------------
 
 
@@ -497,4 +646,15 @@ if __name__ == "__main__":
     pr.add_argument("--max-seconds", type=float, required=True)
     pr.add_argument("--out", required=True)
     pr.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra producer config")
-    _probe_main(ap.parse_args())
+    pr.add_argument("--client", choices=["confluent-kafka", "kafka-python"], default="confluent-kafka")
+    rt = sub.add_parser("rtt", help="produce round trips, one record at a time")
+    rt.add_argument("--bootstrap", required=True)
+    rt.add_argument("--topic", required=True)
+    rt.add_argument("--acks", default="-1")
+    rt.add_argument("--count", type=int, default=2000)
+    rt.add_argument("--max-seconds", type=float, default=30.0)
+    args = ap.parse_args()
+    if args.cmd == "probe":
+        _probe_main(args)
+    else:
+        _rtt_main(args)

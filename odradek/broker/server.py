@@ -6,7 +6,9 @@ Invariants:
   task, so a slow client only delays itself.
 - A size prefix larger than ``socket.request.max.bytes`` closes the connection before any buffer
   for the frame is allocated. Every closed-on-error connection is logged with address and reason.
-- Record sets in Fetch responses go from the page cache to the socket with ``sendfile``.
+- Record sets in Fetch responses go from the page cache to the socket with ``sendfile``, except in responses
+  of at most ``SMALL_RESPONSE`` bytes, which are read (the same bytes) and written in one piece: for them an
+  extra loop turn per region costs more than the copy (acks=all waits on followers' small fetches).
 - Shutdown: stop accepting, let in-flight requests finish and answer, then give each client up to
   ``SHUTDOWN_LINGER_S`` to read its last responses (requests arriving meanwhile are read and dropped,
   unanswered and unapplied) before closing; then flush and mark the logs clean. The linger matters:
@@ -32,6 +34,7 @@ log = logging.getLogger(__name__)
 _WRITE_HIGH_WATER = 1 << 20
 GROUP_TICK_MS = 50
 SHUTDOWN_LINGER_S = 0.25
+SMALL_RESPONSE = 64 * 1024  # responses up to this size are copied and written at once instead of sendfile
 
 
 class Server:
@@ -197,6 +200,14 @@ class Server:
 
     async def _send(self, writer: asyncio.StreamWriter, chunks: list[Any]) -> None:
         loop = asyncio.get_running_loop()
+        if len(chunks) > 1 and sum(c.length if isinstance(c, FileRegion) else len(c) for c in chunks) <= SMALL_RESPONSE:
+            # One write: asyncio's sendfile costs an extra loop turn per region and splits the response in
+            # pieces the peer (a follower waiting to acknowledge an acks=all write) can decode only at the end.
+            data = b"".join(c.read_bytes() if isinstance(c, FileRegion) else c for c in chunks)
+            writer.write(data)
+            if writer.transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
+                await writer.drain()
+            return
         pending: list[bytes] = []
         for chunk in chunks:
             if isinstance(chunk, FileRegion):

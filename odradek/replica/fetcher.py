@@ -73,6 +73,7 @@ class ReplicaFetcher:
         """Start a task for every leader we follow a partition of; tasks with nothing to fetch end by themselves."""
         if not self.running:
             return
+        self._backoff_until.clear()  # a partition backed off under its old leader may fetch from the new one now
         leaders = {p.leader_id for p in self.replicas.followed().values()}
         for leader in leaders:
             task = self._tasks.get(leader)
