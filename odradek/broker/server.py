@@ -52,21 +52,27 @@ class Server:
 
     async def start(self) -> None:
         self.broker.start()
-        if self.broker.replicated:
-            await self.broker.start_cluster()
-        if self.broker.replicated:
-            to_load, txns_to_load = [], []  # coordinators follow the leadership of their partitions
-        else:
-            to_load = self.broker.groups.start()  # their groups answer COORDINATOR_LOAD_IN_PROGRESS until loaded
-            txns_to_load = self.broker.txns.start()  # likewise their transactional ids
         lst = self.config.listener
+        # Bound first (so a port 0 is known before a cluster member registers its address), served last.
         self._server = await asyncio.start_server(
             self._on_connection, host=lst.host or None, port=lst.port, reuse_address=True, backlog=1024,
+            start_serving=False,
         )
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
         if self.config.advertised_port == 0:
             self.config.advertised_port = self.port
+        if self.broker.replicated:
+            try:
+                await self.broker.start_cluster()
+            except BaseException:
+                self._server.close()
+                raise
+            to_load, txns_to_load = [], []  # coordinators follow the leadership of their partitions
+        else:
+            to_load = self.broker.groups.start()  # their groups answer COORDINATOR_LOAD_IN_PROGRESS until loaded
+            txns_to_load = self.broker.txns.start()  # likewise their transactional ids
+        await self._server.start_serving()
         self._ticker = asyncio.create_task(self._tick_forever())
         if self.broker.replicated:
             self._isr_ticker = asyncio.create_task(self._check_isr_forever())
