@@ -51,7 +51,10 @@ from odradek.storage.manager import LogManager
 from odradek.storage.producer_state import ProducerStateManager
 
 if TYPE_CHECKING:
+    from odradek.client.pool import ConnectionPool
+    from odradek.cluster.controller.controller import Controller
     from odradek.cluster.member import ClusterMember, ClusterView
+    from odradek.replica.fetcher import ReplicaFetcher
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +82,9 @@ class Broker:
                                        notify=self.notify, replica_lag_time_max_ms=config.replica_lag_time_max_ms)
         self.replicas.on_leadership = self.on_leadership
         self.cluster: ClusterMember | None = None
+        self.controller: Controller | None = None  # cluster mode: set by start_cluster, with the two below
+        self.fetcher: ReplicaFetcher | None = None
+        self.pool: ConnectionPool | None = None
         self.topics: TopicRegistry | ClusterView | None = None
         # Topic defaults: server.properties plus the dynamic broker configs (set once the registry is read).
         self.log_defaults: LogConfig = config.log_config
@@ -127,24 +133,28 @@ class Broker:
         controller candidate and the follower fetcher. Raises ``ZkError`` if ZooKeeper cannot be reached."""
         from odradek.client.pool import ConnectionPool
         from odradek.cluster.controller.controller import Controller
-        from odradek.cluster.member import ClusterMember
+        from odradek.cluster.member import ClusterMember, MemberConfig
         from odradek.replica.fetcher import FetcherConfig, ReplicaFetcher
 
         cfg = self.config
-        member = ClusterMember(cfg, self.replicas, on_topic_gone=self._topic_gone,
+        assert cfg.zookeeper_connect is not None
+        settings = MemberConfig(self.node_id, cfg.zookeeper_connect, cfg.zk_session_timeout_ms,
+                                cfg.zk_connection_timeout_ms, cfg.endpoints(), cfg.rack,
+                                cfg.inter_broker_listener.name)
+        member = ClusterMember(settings, self.replicas, on_topic_gone=self._topic_gone,
                                on_topic_configs=self._topic_configs_changed)
         self.cluster = member
         self.topics = member.view
         self.replicas.isr_writer = member.update_isr
         member.on_broker_configs = self._broker_configs_changed
-        self.pool = ConnectionPool(client_id=f"odradek-broker-{self.node_id}", resolve=member.address_of)
-        self.fetcher = ReplicaFetcher(
-            self.replicas, self.pool,
+        self.pool = pool = ConnectionPool(client_id=f"odradek-broker-{self.node_id}", resolve=member.address_of)
+        self.fetcher = fetcher = ReplicaFetcher(
+            self.replicas, pool,
             config=FetcherConfig(cfg.replica_fetch_max_bytes, cfg.replica_fetch_response_max_bytes,
                                  cfg.replica_fetch_wait_max_ms, cfg.replica_fetch_min_bytes,
                                  cfg.replica_fetch_backoff_ms, cfg.replica_socket_timeout_ms),
-            broker_epoch=lambda: member.broker_epoch, topic_id=member.topic_id, topic_name=member.topic_name)
-        self.replicas.on_followers_changed = self.fetcher.replan
+            broker_epoch=lambda: member.broker_epoch, topic_id=member.topic_id)
+        self.replicas.on_followers_changed = fetcher.replan
         self.replicas.is_shutting_down = lambda b: (reg := member.brokers.get(b)) is not None and reg.shutting_down
         cluster_id = await member.start(cfg.cluster_id)
         self._broker_configs_changed()
@@ -154,7 +164,8 @@ class Broker:
         assert zk is not None
         self.producer_ids = ZkProducerIdAllocator(lambda size: zk.claim_producer_id_block(self.node_id, size))
         self._drop_foreign_logs()
-        self.controller = Controller(member)
+        self.controller = Controller(
+            member, unclean=lambda topic: self.log_config_for(topic).unclean_leader_election_enable)
         self.controller.start()
 
     def _drop_foreign_logs(self) -> None:
@@ -174,9 +185,12 @@ class Broker:
         log.info("deleted topic %s", name)
 
     def _topic_configs_changed(self, name: str) -> None:
+        """The topic's overrides changed: every log of it here gets the new effective config."""
+        topic = self.registry.get(name)
         new = self.log_config_for(name)
-        for lg in self.log_manager.logs():
-            if lg.topic == name:
+        for p in range(topic.partitions if topic is not None else 0):
+            lg = self.log_manager.get_log(name, p)
+            if lg is not None:
                 lg.update_config(new)
 
     async def controlled_shutdown(self) -> None:
@@ -211,11 +225,11 @@ class Broker:
             await asyncio.sleep(0.02)
 
     async def stop_cluster(self) -> None:
-        if getattr(self, "controller", None) is not None:
+        if self.controller is not None:
             await self.controller.stop()
-        if getattr(self, "fetcher", None) is not None:
+        if self.fetcher is not None:
             await self.fetcher.stop()
-        if getattr(self, "pool", None) is not None:
+        if self.pool is not None:
             await self.pool.close()
         if self.cluster is not None:
             await self.cluster.close()
@@ -340,9 +354,13 @@ class Broker:
             return None
         topic = registry.add(name, partitions, configs)
         for p in range(partitions):
-            self.replicas.add_local(self.log_manager.get_or_create_log(name, p))
+            self._add_local_partition(name, p)
         log.info("created topic %s with %d partitions", name, partitions)
         return topic
+
+    def _add_local_partition(self, name: str, partition: int) -> None:
+        """Single node: a new partition's log, led here."""
+        self.replicas.add_local(self.log_manager.get_or_create_log(name, partition))
 
     def _create_topic_in_zk(self, name: str, partitions: int, rf: int, configs: dict[str, str], *,
                             validate_only: bool, internal: bool = False,
@@ -380,7 +398,7 @@ class Broker:
             assert isinstance(registry, TopicRegistry)
             registry.add(name, partitions, configs, internal=True)
             for p in range(partitions):
-                self.replicas.add_local(self.log_manager.get_or_create_log(name, p))
+                self._add_local_partition(name, p)
             log.info("created internal topic %s with %d partitions", name, partitions)
             return
         cluster = self.cluster
@@ -443,10 +461,7 @@ class Broker:
         registry = self.registry
         assert isinstance(registry, TopicRegistry)
         registry.remove(name)
-        for p in range(topic.partitions):
-            self.replicas.remove(name, p, delete=True)
-        self.groups.on_topic_deleted(name)
-        log.info("deleted topic %s", name)
+        self._topic_gone(name, topic.partitions)
         return topic
 
     def add_partitions(self, name: str, count: int, *, validate_only: bool = False,
@@ -468,7 +483,7 @@ class Broker:
         registry = self.registry
         assert isinstance(registry, TopicRegistry)
         for p in range(topic.partitions, count):
-            self.replicas.add_local(self.log_manager.get_or_create_log(name, p))
+            self._add_local_partition(name, p)
         registry.set_partitions(name, count)
         log.info("topic %s now has %d partitions", name, count)
 
@@ -489,7 +504,7 @@ class Broker:
         topic = self.registry.get(name)
         if topic is None:
             raise UnknownTopicError(f"topic '{name}' does not exist")
-        new = self.validate_topic_configs(configs)
+        self.validate_topic_configs(configs)
         if validate_only:
             return
         if self.replicated:
@@ -500,10 +515,7 @@ class Broker:
         registry = self.registry
         assert isinstance(registry, TopicRegistry)
         registry.set_configs(name, configs)
-        for p in range(topic.partitions):
-            lg = self.log_manager.get_log(name, p)
-            if lg is not None:
-                lg.update_config(new)
+        self._topic_configs_changed(name)
         log.info("altered configs of topic %s: %s", name, configs)
 
     def get_log(self, topic: str, partition: int) -> Log:

@@ -28,6 +28,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from odradek.cluster.metadata import Topic, check_name_free
@@ -40,7 +41,6 @@ from odradek.protocol.errors import (
 )
 
 if TYPE_CHECKING:
-    from odradek.broker.config import BrokerConfig
     from odradek.replica.manager import ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -81,22 +81,34 @@ class ClusterView:
         check_name_free(name, self.topics)
 
 
+@dataclass(frozen=True, slots=True)
+class MemberConfig:
+    """The broker settings a member needs (given by the broker, so cluster/ does not import broker/)."""
+
+    broker_id: int
+    zookeeper_connect: str
+    session_timeout_ms: int
+    connection_timeout_ms: int
+    endpoints: tuple[Endpoint, ...]  # the advertised listeners, as registered
+    rack: str | None
+    inter_broker_listener: str  # the listener other brokers reach this one on
+
+
 class ClusterMember:
-    def __init__(self, config: BrokerConfig, replicas: ReplicaManager, *,
+    def __init__(self, config: MemberConfig, replicas: ReplicaManager, *,
                  on_topic_gone: Callable[[str, int], None],
-                 on_topic_configs: Callable[[str], None],
-                 on_partition_state: Callable[[TopicPartition, LeaderAndIsr], None] | None = None) -> None:
+                 on_topic_configs: Callable[[str], None]) -> None:
         self.config = config
-        self.broker_id = config.node_id
+        self.broker_id = config.broker_id
         self.replicas = replicas
         self.on_topic_gone = on_topic_gone
         self.on_topic_configs = on_topic_configs
-        self.on_partition_state = on_partition_state
         self.on_broker_configs: Callable[[], None] | None = None  # dynamic broker configs changed
         self.zk: ZkClient | None = None
         self.view = ClusterView("")  # the cluster id is known once connected
         self.brokers: dict[int, BrokerRegistration] = {}
         self.controller_id: int = -1
+        self.deletions: list[str] = []  # topics marked for deletion (/admin/delete_topics), for the controller
         self.assignments: dict[str, TopicAssignment] = {}
         self.states: dict[TopicPartition, LeaderAndIsr] = {}
         self.broker_epoch = -1
@@ -115,13 +127,12 @@ class ClusterMember:
         """Connect, register, load the image; the cluster id. Raises ``ZkError`` if ZooKeeper is unreachable."""
         self._loop = asyncio.get_running_loop()
         cfg = self.config
-        assert cfg.zookeeper_connect is not None
-        self.zk = ZkClient(cfg.zookeeper_connect, session_timeout_ms=cfg.zk_session_timeout_ms,
-                           connection_timeout_ms=cfg.zk_connection_timeout_ms, dispatch=self._dispatch,
+        self.zk = ZkClient(cfg.zookeeper_connect, session_timeout_ms=cfg.session_timeout_ms,
+                           connection_timeout_ms=cfg.connection_timeout_ms, dispatch=self._dispatch,
                            on_session_expired=lambda: self._dispatch(self._session_lost))
         zk = self.zk
         log.info("connecting to ZooKeeper at %s (session timeout %d ms)", cfg.zookeeper_connect,
-                 cfg.zk_session_timeout_ms)
+                 cfg.session_timeout_ms)
         await asyncio.to_thread(zk.start)
         await asyncio.to_thread(zk.ensure_paths)
         cluster_id = await asyncio.to_thread(zk.get_or_create_cluster_id, proposed_cluster_id or _new_cluster_id())
@@ -145,9 +156,10 @@ class ClusterMember:
         names = zk.topic_names(watch=lambda n: self._dispatch(lambda: self._on_topic_names(n)))
         topics = {name: self._read_topic(name) for name in names}
         zk.config_changes(watch=lambda paths: self._dispatch(lambda: self._on_config_changes(paths)))
-        zk.topics_to_delete(watch=lambda names: self._dispatch(lambda: self._changed("deletions")))
+        deletions = zk.topics_to_delete(watch=lambda names: self._dispatch(lambda: self._on_deletions(names)))
 
         def install() -> None:
+            self._on_deletions(deletions)
             self._on_brokers(brokers)
             self._on_controller(controller)
             for assignment, configs, states in topics.values():
@@ -214,8 +226,7 @@ class ClusterMember:
 
     def registration(self) -> BrokerRegistration:
         cfg = self.config
-        endpoints = tuple(Endpoint(a.name, a.host or "127.0.0.1", a.port) for a in cfg.advertised_listeners)
-        return BrokerRegistration(self.broker_id, endpoints, cfg.rack, shutting_down=self.shutting_down)
+        return BrokerRegistration(self.broker_id, cfg.endpoints, cfg.rack, shutting_down=self.shutting_down)
 
     async def close(self) -> None:
         for t in list(self._tasks):
@@ -230,6 +241,10 @@ class ClusterMember:
     def _changed(self, what: str) -> None:
         for listener in self.listeners:
             listener(what)
+
+    def _on_deletions(self, names: list[str]) -> None:
+        self.deletions = list(names)
+        self._changed("deletions")
 
     def _on_brokers(self, brokers: dict[int, BrokerRegistration]) -> None:
         self.brokers = dict(brokers)
@@ -305,8 +320,6 @@ class ClusterMember:
             return
         self.states[tp] = state
         self._apply(tp)
-        if self.on_partition_state is not None:
-            self.on_partition_state(tp, state)
         self._changed("states")
 
     def _apply(self, tp: TopicPartition) -> None:
@@ -414,20 +427,12 @@ class ClusterMember:
         reg = self.brokers.get(broker_id)
         if reg is None:
             return None
-        name = self.config.inter_broker_listener.name
-        try:
-            e = reg.endpoint(name)
-        except KeyError:
-            e = reg.endpoint()
+        e = reg.address(self.config.inter_broker_listener)
         return e.host, e.port
 
     def topic_id(self, name: str) -> uuid.UUID | None:
         a = self.assignments.get(name)
         return a.topic_id if a is not None else None
-
-    def topic_name(self, topic_id: uuid.UUID) -> str | None:
-        t = self.view.by_id(topic_id) if self.view is not None else None
-        return t.name if t is not None else None
 
     # -- writes (worker threads) -----------------------------------------------------------------------
 

@@ -55,6 +55,13 @@ class BrokerRegistration:
                 return e
         raise KeyError(f"broker {self.broker_id} has no listener named {listener}")
 
+    def address(self, listener: str) -> Endpoint:
+        """Where to reach this broker on ``listener``, or on its first listener if it has none by that name."""
+        try:
+            return self.endpoint(listener)
+        except KeyError:
+            return self.endpoints[0]
+
 
 @dataclass(frozen=True, slots=True)
 class LeaderAndIsr:

@@ -54,14 +54,12 @@ class FetcherConfig:
 
 class ReplicaFetcher:
     def __init__(self, replicas: ReplicaManager, pool: Any, *, config: FetcherConfig,
-                 broker_epoch: Callable[[], int], topic_id: Callable[[str], uuid.UUID | None],
-                 topic_name: Callable[[uuid.UUID], str | None]) -> None:
+                 broker_epoch: Callable[[], int], topic_id: Callable[[str], uuid.UUID | None]) -> None:
         self.replicas = replicas
         self.pool = pool
         self.config = config
         self.broker_epoch = broker_epoch
         self.topic_id = topic_id
-        self.topic_name = topic_name
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._backoff_until: dict[tuple[str, int], float] = {}
         self._wake: dict[int, asyncio.Event] = {}

@@ -25,9 +25,7 @@ from odradek.clock import Clock
 from odradek.cluster.model import LeaderAndIsr, TopicPartition
 from odradek.protocol.errors import (
     ErrorCode,
-    KafkaError,
     NotLeaderOrFollowerError,
-    RequestTimedOutError,
     UnknownTopicError,
 )
 from odradek.replica.partition import Partition, Role
@@ -182,20 +180,6 @@ class ReplicaManager:
                 out.append(ErrorCode.REQUEST_TIMED_OUT)
         return out
 
-    async def append_replicated(self, topic: str, partition: int, records: bytes | bytearray | memoryview,
-                                timeout_ms: int) -> AppendInfo:
-        """Append as leader and wait until the write is committed (for the coordinators' own writes)."""
-        part, info = self.append(topic, partition, records, required_acks=-1)
-        if self.replicated:
-            code = (await self.wait_replicated([(part, info.last_offset + 1)], timeout_ms))[0]
-            if code is ErrorCode.REQUEST_TIMED_OUT:
-                raise RequestTimedOutError(f"{topic}-{partition}: the write was not replicated within {timeout_ms} ms")
-            if code is not ErrorCode.NONE:
-                err = KafkaError(f"{topic}-{partition}: the write was not replicated ({code.name})")
-                err.code = code
-                raise err
-        return info
-
     # -- replica fetches (leader side) --------------------------------------------------------------
 
     def on_replica_fetch(self, part: Partition, replica_id: int, fetch_offset: int, log_start_offset: int,
@@ -245,12 +229,12 @@ class ReplicaManager:
                 written = None
             if self._partitions.get(tp) is not part or part.leader_state is None:
                 return
-            if part.state is not None and part.state.leader_epoch != proposed.leader_epoch:
-                part.isr_failed()
-                return
-            if written is None:
+            stale = part.state is not None and part.state.leader_epoch != proposed.leader_epoch
+            if written is None and not stale:
                 log.info("%s: the ISR change lost against a newer state; waiting for it", part.name)
-                part.isr_failed()
+            if stale or written is None:
+                if part.isr_failed():  # abandoning an expansion may let the high watermark move
+                    self.notify(part.topic, part.index)
                 return
             if part.isr_committed(written):
                 self.notify(part.topic, part.index)

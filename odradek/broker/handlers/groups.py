@@ -76,10 +76,7 @@ def _locate(ctx: RequestContext, entry: dict[str, Any], runtime: Any, ensure_sta
         entry.update(error_code=E.COORDINATOR_NOT_AVAILABLE,
                      error_message=f"{runtime.topic}-{partition} has no leader yet: retry")
         return
-    try:
-        endpoint = reg.endpoint(b.config.listener.name)
-    except KeyError:
-        endpoint = reg.endpoint()
+    endpoint = reg.address(b.config.listener.name)
     entry.update(node_id=reg.broker_id, host=endpoint.host, port=endpoint.port)
 
 

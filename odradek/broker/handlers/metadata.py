@@ -22,10 +22,7 @@ def broker_entries(ctx: RequestContext) -> list[dict[str, Any]]:
         return [{"node_id": b.node_id, "host": cfg.advertised_host, "port": cfg.advertised_port, "rack": cfg.rack}]
     out = []
     for broker_id, reg in sorted(cluster.brokers.items()):
-        try:
-            e = reg.endpoint(cfg.listener.name)
-        except KeyError:
-            e = reg.endpoint()
+        e = reg.address(cfg.listener.name)
         out.append({"node_id": broker_id, "host": e.host, "port": e.port, "rack": reg.rack})
     return out
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from odradek.cluster.controller.election import (
@@ -44,7 +45,9 @@ RETRY_S = 0.2
 
 
 class Controller:
-    def __init__(self, member: ClusterMember, *, unclean: object = False) -> None:
+    def __init__(self, member: ClusterMember, *, unclean: Callable[[str], bool]) -> None:
+        """``unclean(topic)``: the topic's effective ``unclean.leader.election.enable`` (its override, else the
+        broker default with the dynamic configs on top)."""
         self.member = member
         self.broker_id = member.broker_id
         self.fence: ControllerFence | None = None
@@ -112,13 +115,6 @@ class Controller:
         self.fence = ControllerFence(epoch, version)
         log.info("broker %d is the controller (controller epoch %d)", self.broker_id, epoch)
 
-    def _unclean_for(self, topic: str) -> bool:
-        topic_cfg = self.member.view.get(topic) if self.member.view is not None else None
-        value = topic_cfg.configs.get("unclean.leader.election.enable") if topic_cfg is not None else None
-        if value is not None:
-            return value.strip().lower() == "true"
-        return bool(self.member.config.values.get("unclean.leader.election.enable", False))
-
     async def reconcile(self) -> bool:
         """Bring ZooKeeper to what the rules say for the current image; False if something must be retried."""
         m = self.member
@@ -130,10 +126,12 @@ class Controller:
         epoch = fence.controller_epoch
         live = set(m.brokers)
         # 1. deletions
-        pending = await asyncio.to_thread(zk.topics_to_delete)
+        pending = list(m.deletions)
         for name in pending:
             log.info("deleting topic %s", name)
             await asyncio.to_thread(zk.delete_topic_znodes, name, fence)
+            if name in m.deletions:  # done: a reconcile before the watch says so must not delete it again
+                m.deletions.remove(name)
         if pending:
             return True  # the watches bring the new image; reconcile again then
         assignments = {(t, p): replicas for t, a in m.assignments.items() for p, replicas in a.replicas.items()}
@@ -148,7 +146,7 @@ class Controller:
         states = {tp: s for tp, s in m.states.items() if tp in assignments}
         changes: dict[TopicPartition, LeaderAndIsr] = {}
         # 3. failures and returns
-        failed = elect_after_broker_failure(states, assignments, live, epoch, unclean=self._unclean_for)
+        failed = elect_after_broker_failure(states, assignments, live, epoch, unclean=self._unclean)
         changes.update(failed.changed)
         for tp in failed.unclean:
             log.warning("%s-%d: unclean leader election: records the old ISR had may be lost", *tp)
@@ -159,7 +157,7 @@ class Controller:
         staying = live - leaving
         for broker in staying:
             back = elect_for_returning_broker({**states, **changes}, assignments, staying, broker, epoch,
-                                              unclean=self._unclean_for)
+                                              unclean=self._unclean)
             changes.update(back.changed)
         # 4. controlled shutdowns
         for broker in sorted(leaving):
