@@ -1,7 +1,9 @@
-"""What a handler gets besides its request: the broker, the request header, the client's address."""
+"""What a handler gets besides its request (the broker, the request header, the client's address) and the
+shapes of what it gives back: a response body, a ``RawResponse`` already laid out, or a ``Deferred`` one."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,3 +37,12 @@ class RawResponse:
     @property
     def size(self) -> int:
         return sum(c.length if isinstance(c, FileRegion) else len(c) for c in self.chunks)
+
+
+@dataclass(slots=True)
+class Deferred:
+    """A response that is not known yet, although the request's effects on the broker are done: a produce
+    request waiting for its acks=all replication. The connection goes on with its next requests meanwhile;
+    their responses are still sent after this one (Kafka's order of responses on a connection)."""
+
+    response: Awaitable[dict[str, Any] | RawResponse | None]

@@ -8,6 +8,9 @@ Invariants:
   closing the connection, since it cannot encode a response in a version it does not know. A
   flexible body is first checked for array counts that kio's decoder cannot survive
   (``protocol/array_bounds.py``).
+- A handler may answer ``Deferred``: its request's effects are done and its response comes later. Dispatch
+  then returns a coroutine of the response frame, which the server awaits while it goes on with the
+  connection's next requests, and sends in request order.
 - A handler's ``KafkaError`` never escapes: handlers map errors to per-partition codes themselves;
   anything unexpected is logged and closes only that connection.
 """
@@ -15,10 +18,10 @@ Invariants:
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from odradek.broker.context import CloseConnection, RawResponse, RequestContext
+from odradek.broker.context import CloseConnection, Deferred, RawResponse, RequestContext
 from odradek.broker.handlers import (
     admin_configs,
     admin_topics,
@@ -41,7 +44,9 @@ from odradek.protocol.frame import FrameError, parse_request_header, peek_header
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[RequestContext, Any], Awaitable[dict[str, Any] | RawResponse | None]]
+Handler = Callable[[RequestContext, Any], Awaitable[dict[str, Any] | RawResponse | Deferred | None]]
+Chunks = list[bytes | Any]
+DeferredFrame = Coroutine[Any, Any, Chunks | None]
 
 HANDLERS: dict[int, Handler] = {
     apis.API_VERSIONS: api_versions.handle,
@@ -82,8 +87,9 @@ HANDLERS: dict[int, Handler] = {
 assert set(HANDLERS) == set(apis.SUPPORTED), "every advertised API needs a handler"
 
 
-async def dispatch(ctx_factory: Callable[[Any], RequestContext], frame: bytes) -> list[bytes | Any] | None:
-    """The response frame (as chunks) for one request frame, or None when no response is due."""
+async def dispatch(ctx_factory: Callable[[Any], RequestContext], frame: bytes) -> Chunks | DeferredFrame | None:
+    """The response frame (as chunks) for one request frame, None when no response is due, or a coroutine of
+    either when the handler deferred its response."""
     try:
         api_key, version, correlation_id = peek_header(frame)
     except FrameError as e:
@@ -112,6 +118,17 @@ async def dispatch(ctx_factory: Callable[[Any], RequestContext], frame: bytes) -
         raise CloseConnection(f"malformed {spec.name} v{version} request: {type(e).__name__}: {e}") from None
     ctx = ctx_factory(header)
     result = await HANDLERS[api_key](ctx, request)
+    if isinstance(result, Deferred):
+        return _encode_later(api_key, version, correlation_id, result)
+    return _encode(api_key, version, correlation_id, result)
+
+
+async def _encode_later(api_key: int, version: int, correlation_id: int, deferred: Deferred) -> Chunks | None:
+    return _encode(api_key, version, correlation_id, await deferred.response)
+
+
+def _encode(api_key: int, version: int, correlation_id: int, result: dict[str, Any] | RawResponse | None,
+            ) -> Chunks | None:
     if result is None:
         return None
     flexible_header = apis.response_header_is_flexible(api_key, version)

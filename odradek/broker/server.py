@@ -1,9 +1,11 @@
 """The network loop: accept connections, read frames, dispatch, write responses. The only I/O wiring.
 
 Invariants:
-- Requests on one connection are handled one at a time, in order, so responses go out in request
-  order (as Kafka does); pipelined requests wait in the socket buffer. Each connection is its own
-  task, so a slow client only delays itself.
+- Requests on one connection are handled one at a time, in order, and responses go out in request
+  order (as Kafka does). A handler's work is done before the next request starts; only a deferred
+  response (an acks=all produce waiting for its replicas) lets the next requests start before it is sent,
+  and theirs queue behind it (at most ``MAX_DEFERRED``, then the connection stops reading). Each
+  connection is its own task, so a slow client only delays itself.
 - A size prefix larger than ``socket.request.max.bytes`` closes the connection before any buffer
   for the frame is allocated. Every closed-on-error connection is logged with address and reason.
 - Record sets in Fetch responses go from the page cache to the socket with ``sendfile``, except in responses
@@ -21,6 +23,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+from collections import deque
+from collections.abc import Coroutine
 from typing import Any
 
 from odradek.broker.broker import Broker
@@ -35,6 +39,7 @@ _WRITE_HIGH_WATER = 1 << 20
 GROUP_TICK_MS = 50
 SHUTDOWN_LINGER_S = 0.25
 SMALL_RESPONSE = 64 * 1024  # responses up to this size are copied and written at once instead of sendfile
+MAX_DEFERRED = 64  # responses of one connection waiting behind a deferred one before it stops reading
 
 
 class Server:
@@ -163,6 +168,7 @@ class Server:
         def make_ctx(header: RequestHeader) -> RequestContext:
             return RequestContext(self.broker, header, peer, state)
 
+        later = _InOrder(self, writer, peer)
         try:
             while not self._closing:
                 try:
@@ -173,12 +179,14 @@ class Server:
                 frame = await reader.readexactly(size)
                 self._connections[task] = True
                 try:
-                    chunks = await dispatch(make_ctx, frame)
+                    out = await dispatch(make_ctx, frame)
                 except CloseConnection as e:
                     log.warning("closing connection from %s: %s", peer, e)
                     return
-                if chunks is not None:
-                    await self._send(writer, chunks)
+                if isinstance(out, list) and not later.pending:
+                    await self._send(writer, out)
+                elif out is not None:
+                    await later.add(out)  # behind a deferred response: sent in turn
                 self._connections[task] = False
         except asyncio.IncompleteReadError as e:
             if e.partial:
@@ -188,6 +196,7 @@ class Server:
         except Exception:
             log.exception("closing connection from %s after an internal error", peer)
         finally:
+            await later.finish()
             if self._closing:
                 await self._linger(reader)
             self._connections.pop(task, None)
@@ -228,3 +237,57 @@ class Server:
             writer.write(b"".join(pending) if len(pending) > 1 else pending[0])
         if writer.transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
             await writer.drain()
+
+
+class _InOrder:
+    """The responses of one connection that wait behind a deferred one, sent in request order.
+
+    Each is a task that waits for its own response (concurrently with the others), then for its predecessor
+    to be sent, then sends. At most ``MAX_DEFERRED`` are outstanding: beyond that the connection stops reading
+    until the oldest is sent. A deferred response that fails closes the connection (as a failing request
+    does); the responses behind it are dropped."""
+
+    def __init__(self, server: Server, writer: asyncio.StreamWriter, peer: str) -> None:
+        self.server = server
+        self.writer = writer
+        self.peer = peer
+        self.pending: deque[asyncio.Task[None]] = deque()
+
+    async def add(self, response: list[Any] | Coroutine[Any, Any, list[Any] | None]) -> None:
+        while self.pending and self.pending[0].done():
+            self.pending.popleft()
+        if len(self.pending) >= MAX_DEFERRED:
+            try:
+                await asyncio.wait([self.pending[0]])
+            except asyncio.CancelledError:
+                if not isinstance(response, list):
+                    response.close()  # never to be sent; its request's effects are done
+                raise
+            self.pending.popleft()
+        previous = self.pending[-1] if self.pending else None
+        self.pending.append(asyncio.create_task(self._send_in_turn(response, previous)))
+
+    async def _send_in_turn(self, response: list[Any] | Coroutine[Any, Any, list[Any] | None],
+                            previous: asyncio.Task[None] | None) -> None:
+        try:
+            chunks = response if isinstance(response, list) else await response
+            if previous is not None:
+                await previous
+            if self.writer.is_closing():
+                return
+            if chunks is not None:
+                await self.server._send(self.writer, chunks)
+        except CloseConnection as e:
+            log.warning("closing connection from %s: %s", self.peer, e)
+            self.writer.close()
+        except ConnectionError:
+            self.writer.close()
+        except Exception:
+            log.exception("closing connection from %s after an internal error", self.peer)
+            self.writer.close()
+
+    async def finish(self) -> None:
+        """Let the outstanding responses be sent (or fail) before the connection closes."""
+        if self.pending:
+            await asyncio.wait(self.pending)
+            self.pending.clear()

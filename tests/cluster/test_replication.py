@@ -6,6 +6,9 @@ that loss and duplication are visible; every wait is bounded.
 
 from __future__ import annotations
 
+import os
+import select
+import signal
 import time
 import uuid
 from pathlib import Path
@@ -13,6 +16,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from odradek.protocol import apis
+from odradek.protocol.records import build_batch
+from tests.broker.wire import API_VERSIONS_V, PRODUCE_V, Conn, produce_values
 from tests.cluster.brokers import Cluster, running_cluster, wait_until
 from tests.compat.clients import CLIENTS, Rec, make_client
 
@@ -205,3 +211,36 @@ def test_every_client_produces_and_consumes_across_a_leader_change(cluster: Clus
     finally:
         client.close()
     wait_until(lambda: len(cluster.isr(topic)) == 3, timeout_s=40, what="the stopped broker back in the ISR")
+
+
+def test_requests_behind_an_acks_all_wait_go_on_and_are_answered_in_order(cluster: Cluster) -> None:
+    """A connection's next requests are appended while an acks=all produce waits for a follower; the
+    responses still come back in request order."""
+    topic = _topic()
+    cluster.create_topic(topic, partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
+    leader = cluster.brokers[cluster.leader(topic)]
+    follower = next(b for i, b in cluster.brokers.items() if i != leader.broker_id)
+    idempotent = build_batch([(None, b"b"), (None, b"c")], producer_id=9001, producer_epoch=0, base_sequence=0)
+    with Conn(leader.address) as a, Conn(leader.address) as b:
+        os.kill(follower.pid, signal.SIGSTOP)  # the high watermark cannot pass the first batch meanwhile
+        try:
+            first = a.send(apis.PRODUCE, PRODUCE_V, produce_values(topic, 0, build_batch([(None, b"a")]), acks=-1))
+            second = a.send(apis.PRODUCE, PRODUCE_V, produce_values(topic, 0, idempotent, acks=1))
+            third = a.send(apis.API_VERSIONS, API_VERSIONS_V, {"client_software_name": "t",
+                                                                "client_software_version": "1"})
+
+            def second_appended() -> bool:
+                r = b.request(apis.DESCRIBE_PRODUCERS, 0, {"topics": [{"name": topic, "partition_indexes": [0]}]})
+                return any(s.producer_id == 9001 and s.last_sequence == 1
+                           for s in r.topics[0].partitions[0].active_producers)
+
+            wait_until(second_appended, timeout_s=2.5, what="the second request appended")
+            assert not select.select([a.sock], [], [], 0)[0], "nothing answered before the acks=all produce"
+        finally:
+            os.kill(follower.pid, signal.SIGCONT)
+        got = [a.recv_response(apis.PRODUCE, PRODUCE_V), a.recv_response(apis.PRODUCE, PRODUCE_V),
+               a.recv_response(apis.API_VERSIONS, API_VERSIONS_V)]
+    assert [cid for cid, _ in got] == [first, second, third]
+    answers = [r.responses[0].partition_responses[0] for _, r in got[:2]]
+    assert [(int(p.error_code), int(p.base_offset)) for p in answers] == [(0, 0), (0, 1)]
+    assert int(got[2][1].error_code) == 0

@@ -3,7 +3,9 @@ leader's append) and -1 (all: answered once the high watermark covers the batch,
 has it, within the request's timeout — REQUEST_TIMED_OUT otherwise; NOT_ENOUGH_REPLICAS before appending
 when the ISR is smaller than min.insync.replicas, NOT_ENOUGH_REPLICAS_AFTER_APPEND when it shrank below it
 meanwhile). On a single node the leader's append satisfies both 1 and -1. A broker that does not lead a
-partition answers NOT_LEADER_OR_FOLLOWER.
+partition answers NOT_LEADER_OR_FOLLOWER. An acks=all response waiting for replication is ``Deferred``: the
+connection's next requests are read and appended meanwhile (their responses still go out in order), so one
+connection carries more than one request per replication round trip.
 
 Transactional produce (KIP-890 part 1, ``transaction.partition.verification.enable``): before a
 producer's first transactional batch in a partition (the partition has no ongoing transaction of
@@ -20,7 +22,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from odradek.broker.context import CloseConnection, RawResponse, RequestContext
+from odradek.broker.context import CloseConnection, Deferred, RawResponse, RequestContext
 from odradek.broker.txn_runtime import TXN_STATE_TOPIC
 from odradek.protocol import apis, produce_response
 from odradek.protocol.batch import HEADER_SIZE, TRANSACTIONAL_BIT, parse_header
@@ -32,7 +34,7 @@ from odradek.replica.partition import Partition
 log = logging.getLogger(__name__)
 
 
-async def handle(ctx: RequestContext, request: Any) -> RawResponse | None:
+async def handle(ctx: RequestContext, request: Any) -> RawResponse | Deferred | None:
     b = ctx.broker
     acks = request.acks
     responses: list[tuple[str, list[PartitionResult]]] = []
@@ -76,17 +78,25 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse | None:
                 failed, failed_topic = result, topic.name
             parts.append(result)
         responses.append((topic.name, parts))
-    if waits:
-        codes = await b.replicas.wait_replicated([(part, end) for _, part, end in waits], millis(request.timeout))
-        for (result, part, _), code in zip(waits, codes, strict=True):
-            if code is not ErrorCode.NONE:
-                result.error_code = code
-                result.error_message = _REPLICATION_FAILURES.get(code, code.name).format(part.name)
-                result.base_offset = -1
+    if waits:  # the appends are done: the connection's next requests need not wait for the replication
+        return Deferred(_replicated(ctx, request, responses, waits))
     if acks == 0:
         if failed is not None:  # as Kafka: the only way to tell an acks=0 producer that something went wrong
             raise CloseConnection(f"acks=0 produce failed for {failed_topic}-{failed.index}: {failed.error_message}")
         return None
+    return RawResponse([produce_response.encode(ctx.version, responses)])
+
+
+async def _replicated(ctx: RequestContext, request: Any, responses: list[tuple[str, list[PartitionResult]]],
+                      waits: list[tuple[PartitionResult, Partition, int]]) -> RawResponse:
+    """acks=all: the response once every in-sync replica has the appended batches (or the wait failed)."""
+    codes = await ctx.broker.replicas.wait_replicated([(part, end) for _, part, end in waits],
+                                                      millis(request.timeout))
+    for (result, part, _), code in zip(waits, codes, strict=True):
+        if code is not ErrorCode.NONE:
+            result.error_code = code
+            result.error_message = _REPLICATION_FAILURES.get(code, code.name).format(part.name)
+            result.base_offset = -1
     return RawResponse([produce_response.encode(ctx.version, responses)])
 
 
