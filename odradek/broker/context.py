@@ -3,7 +3,8 @@ shapes of what it gives back: a response body, a ``RawResponse`` already laid ou
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +44,12 @@ class RawResponse:
 class Deferred:
     """A response that is not known yet, although the request's effects on the broker are done: a produce
     request waiting for its acks=all replication. The connection goes on with its next requests meanwhile;
-    their responses are still sent after this one (Kafka's order of responses on a connection)."""
+    their responses are still sent after this one (Kafka's order of responses on a connection).
 
-    response: Awaitable[dict[str, Any] | RawResponse | None]
+    The response is ``complete(outcomes)`` once every future of ``waits`` is done or ``timeout_s`` has passed:
+    each outcome is its future's result, or None for a future still pending at the deadline (then cancelled).
+    No task per request: the connection's response queue waits on the futures itself."""
+
+    waits: list[asyncio.Future[Any]]
+    timeout_s: float
+    complete: Callable[[list[Any]], dict[str, Any] | RawResponse | None]

@@ -9,8 +9,8 @@ Invariants:
   flexible body is first checked for array counts that kio's decoder cannot survive
   (``protocol/array_bounds.py``).
 - A handler may answer ``Deferred``: its request's effects are done and its response comes later. Dispatch
-  then returns a coroutine of the response frame, which the server awaits while it goes on with the
-  connection's next requests, and sends in request order.
+  then returns a ``PendingFrame``, which the server completes when its waits are over while it goes on
+  with the connection's next requests, and sends in request order.
 - A handler's ``KafkaError`` never escapes: handlers map errors to per-partition codes themselves;
   anything unexpected is logged and closes only that connection.
 """
@@ -18,7 +18,8 @@ Invariants:
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from odradek.broker.context import CloseConnection, Deferred, RawResponse, RequestContext
@@ -46,7 +47,19 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[RequestContext, Any], Awaitable[dict[str, Any] | RawResponse | Deferred | None]]
 Chunks = list[bytes | Any]
-DeferredFrame = Coroutine[Any, Any, Chunks | None]
+
+
+@dataclass(slots=True)
+class PendingFrame:
+    """The response frame of a deferred request, once its waits are over (see ``Deferred``)."""
+
+    deferred: Deferred
+    api_key: int
+    version: int
+    correlation_id: int
+
+    def complete(self, outcomes: list[Any]) -> Chunks | None:
+        return _encode(self.api_key, self.version, self.correlation_id, self.deferred.complete(outcomes))
 
 HANDLERS: dict[int, Handler] = {
     apis.API_VERSIONS: api_versions.handle,
@@ -87,9 +100,9 @@ HANDLERS: dict[int, Handler] = {
 assert set(HANDLERS) == set(apis.SUPPORTED), "every advertised API needs a handler"
 
 
-async def dispatch(ctx_factory: Callable[[Any], RequestContext], frame: bytes) -> Chunks | DeferredFrame | None:
-    """The response frame (as chunks) for one request frame, None when no response is due, or a coroutine of
-    either when the handler deferred its response."""
+async def dispatch(ctx_factory: Callable[[Any], RequestContext], frame: bytes) -> Chunks | PendingFrame | None:
+    """The response frame (as chunks) for one request frame, None when no response is due, or a
+    ``PendingFrame`` when the handler deferred its response."""
     try:
         api_key, version, correlation_id = peek_header(frame)
     except FrameError as e:
@@ -119,12 +132,8 @@ async def dispatch(ctx_factory: Callable[[Any], RequestContext], frame: bytes) -
     ctx = ctx_factory(header)
     result = await HANDLERS[api_key](ctx, request)
     if isinstance(result, Deferred):
-        return _encode_later(api_key, version, correlation_id, result)
+        return PendingFrame(result, api_key, version, correlation_id)
     return _encode(api_key, version, correlation_id, result)
-
-
-async def _encode_later(api_key: int, version: int, correlation_id: int, deferred: Deferred) -> Chunks | None:
-    return _encode(api_key, version, correlation_id, await deferred.response)
 
 
 def _encode(api_key: int, version: int, correlation_id: int, result: dict[str, Any] | RawResponse | None,

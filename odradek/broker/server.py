@@ -24,12 +24,11 @@ import asyncio
 import logging
 import socket
 from collections import deque
-from collections.abc import Coroutine
 from typing import Any
 
 from odradek.broker.broker import Broker
 from odradek.broker.context import CloseConnection, RequestContext
-from odradek.broker.dispatch import dispatch
+from odradek.broker.dispatch import PendingFrame, dispatch
 from odradek.protocol.frame import FrameError, RequestHeader, frame_size
 from odradek.storage.segment import FileRegion
 
@@ -240,54 +239,98 @@ class Server:
 
 
 class _InOrder:
-    """The responses of one connection that wait behind a deferred one, sent in request order.
+    """The responses of one connection from its first deferred one on, sent in request order by one writer task.
 
-    Each is a task that waits for its own response (concurrently with the others), then for its predecessor
-    to be sent, then sends. At most ``MAX_DEFERRED`` are outstanding: beyond that the connection stops reading
-    until the oldest is sent. A deferred response that fails closes the connection (as a failing request
-    does); the responses behind it are dropped."""
+    The writer waits for the head's futures (until its deadline), encodes it, and goes on while the next
+    responses are ready, writing consecutive small ones in one piece: one HW advance completes many waiting
+    produce requests, and one write (system call) answers them all. At most ``MAX_DEFERRED`` responses
+    are queued: beyond that the connection stops reading until the writer makes room. A response that
+    fails to complete closes the connection (as a failing request does); those behind it are dropped."""
 
     def __init__(self, server: Server, writer: asyncio.StreamWriter, peer: str) -> None:
         self.server = server
         self.writer = writer
         self.peer = peer
-        self.pending: deque[asyncio.Task[None]] = deque()
+        self.queue: deque[tuple[list[Any] | PendingFrame, float]] = deque()  # (response, deadline)
+        self._task: asyncio.Task[None] | None = None
+        self._room: asyncio.Future[None] | None = None
 
-    async def add(self, response: list[Any] | Coroutine[Any, Any, list[Any] | None]) -> None:
-        while self.pending and self.pending[0].done():
-            self.pending.popleft()
-        if len(self.pending) >= MAX_DEFERRED:
-            try:
-                await asyncio.wait([self.pending[0]])
-            except asyncio.CancelledError:
-                if not isinstance(response, list):
-                    response.close()  # never to be sent; its request's effects are done
-                raise
-            self.pending.popleft()
-        previous = self.pending[-1] if self.pending else None
-        self.pending.append(asyncio.create_task(self._send_in_turn(response, previous)))
+    @property
+    def pending(self) -> bool:
+        return bool(self.queue)
 
-    async def _send_in_turn(self, response: list[Any] | Coroutine[Any, Any, list[Any] | None],
-                            previous: asyncio.Task[None] | None) -> None:
+    async def add(self, response: list[Any] | PendingFrame) -> None:
+        loop = asyncio.get_running_loop()
+        while len(self.queue) >= MAX_DEFERRED:
+            self._room = loop.create_future()
+            await self._room
+        if self.writer.is_closing():
+            return
+        deadline = loop.time() + response.deferred.timeout_s if isinstance(response, PendingFrame) else 0.0
+        self.queue.append((response, deadline))
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._write_all())
+
+    async def _write_all(self) -> None:
+        loop = asyncio.get_running_loop()
+        pieces: list[bytes] = []  # ready small responses, written together
         try:
-            chunks = response if isinstance(response, list) else await response
-            if previous is not None:
-                await previous
-            if self.writer.is_closing():
-                return
-            if chunks is not None:
-                await self.server._send(self.writer, chunks)
+            while self.queue:
+                response, deadline = self.queue[0]
+                if isinstance(response, PendingFrame):
+                    waits = response.deferred.waits
+                    waiting = [f for f in waits if not f.done()]
+                    if waiting:
+                        if pieces:
+                            self.writer.write(b"".join(pieces))
+                            pieces.clear()
+                        await asyncio.wait(waiting, timeout=max(deadline - loop.time(), 0.0))
+                    outcomes = [f.result() if f.done() and not f.cancelled() else None for f in waits]
+                    for f in waits:
+                        f.cancel()  # no-op for the done ones
+                    chunks = response.complete(outcomes)
+                else:
+                    chunks = response
+                self.queue.popleft()
+                if self._room is not None and not self._room.done():
+                    self._room.set_result(None)
+                if chunks is None:
+                    continue
+                if all(isinstance(c, bytes | bytearray | memoryview) for c in chunks):
+                    pieces.extend(chunks)
+                    if sum(map(len, pieces)) <= SMALL_RESPONSE:
+                        continue
+                    self.writer.write(b"".join(pieces))
+                    pieces.clear()
+                else:
+                    if pieces:
+                        self.writer.write(b"".join(pieces))
+                        pieces.clear()
+                    await self.server._send(self.writer, chunks)
+                if self.writer.transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
+                    await self.writer.drain()
+            if pieces:
+                self.writer.write(b"".join(pieces))
         except CloseConnection as e:
             log.warning("closing connection from %s: %s", self.peer, e)
-            self.writer.close()
+            self._abandon()
         except ConnectionError:
-            self.writer.close()
+            self._abandon()
         except Exception:
             log.exception("closing connection from %s after an internal error", self.peer)
-            self.writer.close()
+            self._abandon()
+
+    def _abandon(self) -> None:
+        self.writer.close()
+        for response, _ in self.queue:
+            if isinstance(response, PendingFrame):
+                for f in response.deferred.waits:
+                    f.cancel()
+        self.queue.clear()
+        if self._room is not None and not self._room.done():
+            self._room.set_result(None)
 
     async def finish(self) -> None:
-        """Let the outstanding responses be sent (or fail) before the connection closes."""
-        if self.pending:
-            await asyncio.wait(self.pending)
-            self.pending.clear()
+        """Let the queued responses be sent (or fail) before the connection closes."""
+        if self._task is not None:
+            await asyncio.wait([self._task])

@@ -165,9 +165,14 @@ class ReplicaManager:
         self.notify(topic, partition)
         return part, info
 
+    @staticmethod
+    def replication_waits(waits: list[tuple[Partition, int]]) -> list[asyncio.Future[ErrorCode]]:
+        """acks=all: for each (partition, offset after the write), a future of its outcome (no timeout)."""
+        return [part.wait_for_offset(end) for part, end in waits]
+
     async def wait_replicated(self, waits: list[tuple[Partition, int]], timeout_ms: int) -> list[ErrorCode]:
         """acks=all: for each (partition, offset after the write), its outcome within ``timeout_ms``."""
-        futures = [part.wait_for_offset(end) for part, end in waits]
+        futures = self.replication_waits(waits)
         pending = [f for f in futures if not f.done()]
         if pending:
             await asyncio.wait(pending, timeout=max(timeout_ms, 0) / 1000)

@@ -79,7 +79,9 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse | Deferred | 
             parts.append(result)
         responses.append((topic.name, parts))
     if waits:  # the appends are done: the connection's next requests need not wait for the replication
-        return Deferred(_replicated(ctx, request, responses, waits))
+        futures = b.replicas.replication_waits([(part, end) for _, part, end in waits])
+        return Deferred(futures, millis(request.timeout) / 1000,
+                        lambda codes: _replicated(ctx.version, responses, waits, codes))
     if acks == 0:
         if failed is not None:  # as Kafka: the only way to tell an acks=0 producer that something went wrong
             raise CloseConnection(f"acks=0 produce failed for {failed_topic}-{failed.index}: {failed.error_message}")
@@ -87,17 +89,17 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse | Deferred | 
     return RawResponse([produce_response.encode(ctx.version, responses)])
 
 
-async def _replicated(ctx: RequestContext, request: Any, responses: list[tuple[str, list[PartitionResult]]],
-                      waits: list[tuple[PartitionResult, Partition, int]]) -> RawResponse:
-    """acks=all: the response once every in-sync replica has the appended batches (or the wait failed)."""
-    codes = await ctx.broker.replicas.wait_replicated([(part, end) for _, part, end in waits],
-                                                      millis(request.timeout))
+def _replicated(version: int, responses: list[tuple[str, list[PartitionResult]]],
+                waits: list[tuple[PartitionResult, Partition, int]], codes: list[ErrorCode | None]) -> RawResponse:
+    """acks=all: the response once every in-sync replica has the appended batches (or the wait failed; None:
+    not within the request's timeout)."""
     for (result, part, _), code in zip(waits, codes, strict=True):
+        code = ErrorCode.REQUEST_TIMED_OUT if code is None else code
         if code is not ErrorCode.NONE:
             result.error_code = code
             result.error_message = _REPLICATION_FAILURES.get(code, code.name).format(part.name)
             result.base_offset = -1
-    return RawResponse([produce_response.encode(ctx.version, responses)])
+    return RawResponse([produce_response.encode(version, responses)])
 
 
 async def verify_with_coordinator(ctx: RequestContext, transactional_id: str, producer_id: int, producer_epoch: int,
