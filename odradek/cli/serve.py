@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ctypes
+import gc
 import logging
 import signal
 import sys
@@ -90,6 +91,14 @@ def tune_allocator() -> bool:
         return False
 
 
+def freeze_startup_objects() -> None:
+    """Move everything alive after start-up (modules, the protocol schemas' classes, the loaded logs) out of
+    the cyclic garbage collector's view: a full collection then scans only what was made since, instead
+    of stalling the event loop for tens of milliseconds (33 ms measured on a cluster leader)."""
+    gc.collect()
+    gc.freeze()
+
+
 async def _serve(config: BrokerConfig) -> int:
     from odradek.broker.broker import Broker
     from odradek.broker.server import Server
@@ -113,6 +122,7 @@ async def _serve(config: BrokerConfig) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    freeze_startup_objects()
     log.info("started (press Ctrl-C to stop)")
     await stop.wait()
     await server.stop()
