@@ -132,7 +132,7 @@ class Broker:
         """Cluster mode: join through ZooKeeper, load the image, take up this broker's replicas, start the
         controller candidate and the follower fetcher. Raises ``ZkError`` if ZooKeeper cannot be reached."""
         from odradek.client.pool import ConnectionPool
-        from odradek.cluster.controller.controller import Controller
+        from odradek.cluster.controller.controller import Controller, Rebalance
         from odradek.cluster.member import ClusterMember, MemberConfig
         from odradek.replica.fetcher import FetcherConfig, ReplicaFetcher
 
@@ -164,8 +164,11 @@ class Broker:
         assert zk is not None
         self.producer_ids = ZkProducerIdAllocator(lambda size: zk.claim_producer_id_block(self.node_id, size))
         self._drop_foreign_logs()
+        cfg = self.config
         self.controller = Controller(
-            member, unclean=lambda topic: self.log_config_for(topic).unclean_leader_election_enable)
+            member, unclean=lambda topic: self.log_config_for(topic).unclean_leader_election_enable,
+            rebalance=Rebalance(cfg.auto_leader_rebalance_enable, cfg.leader_imbalance_check_interval_seconds,
+                                cfg.leader_imbalance_per_broker_percentage))
         self.controller.start()
 
     def _drop_foreign_logs(self) -> None:

@@ -114,7 +114,10 @@ KEYS: dict[str, Key] = {
         _k("controlled.shutdown.max.retries", int, 3, "attempts of a controlled shutdown"),
         _k("controlled.shutdown.retry.backoff.ms", int, 5_000, "pause between controlled shutdown attempts"),
         _k("controller.socket.timeout.ms", int, 30_000, "timeout of the controller's requests to brokers"),
-        _k("auto.leader.rebalance.enable", _bool, True, "move leadership back to preferred replicas", True),
+        _k("auto.leader.rebalance.enable", _bool, True, "the controller moves leadership back to preferred replicas"),
+        _k("leader.imbalance.per.broker.percentage", int, 10,
+           "share of a broker's preferred partitions led elsewhere that triggers a rebalance"),
+        _k("leader.imbalance.check.interval.seconds", int, 300, "how often the controller checks leader balance"),
         _k("auto.create.topics.enable", _bool, True, "create unknown topics on metadata/produce"),
         _k("delete.topic.enable", _bool, True, "allow DeleteTopics"),
         _k("socket.request.max.bytes", int, 100 * 1024 * 1024, "largest request accepted"),
@@ -382,10 +385,14 @@ class BrokerConfig:
         self.controlled_shutdown_retry_backoff_ms: int = values["controlled.shutdown.retry.backoff.ms"]
         self.controller_socket_timeout_ms: int = values["controller.socket.timeout.ms"]
         self.auto_leader_rebalance_enable: bool = values["auto.leader.rebalance.enable"]
+        self.leader_imbalance_per_broker_percentage: int = values["leader.imbalance.per.broker.percentage"]
+        self.leader_imbalance_check_interval_seconds: int = values["leader.imbalance.check.interval.seconds"]
         for key, minimum in (("num.partitions", 1), ("default.replication.factor", 1),
                              ("socket.request.max.bytes", 1), ("log.flush.scheduler.interval.ms", 1),
                              ("group.initial.rebalance.delay.ms", 0), ("group.min.session.timeout.ms", 1),
                              ("group.max.size", 1), ("offsets.topic.num.partitions", 1),
+                             ("leader.imbalance.per.broker.percentage", 0),
+                             ("leader.imbalance.check.interval.seconds", 1),
                              ("offsets.topic.segment.bytes", 1024), ("offsets.retention.minutes", 1),
                              ("offsets.retention.check.interval.ms", 1), ("offset.metadata.max.bytes", 0),
                              ("producer.id.expiration.ms", 1), ("producer.id.expiration.check.interval.ms", 1),

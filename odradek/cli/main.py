@@ -6,7 +6,19 @@ import argparse
 import logging
 import sys
 
-from odradek.cli import cluster, configs, consume, dump_log, groups, produce, serve, topics, transactions
+from odradek.cli import (
+    cluster,
+    configs,
+    consume,
+    dump_log,
+    groups,
+    leader_election,
+    produce,
+    reassign,
+    serve,
+    topics,
+    transactions,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     groups.add_parser(sub)
     transactions.add_parser(sub)
     cluster.add_parser(sub)
+    reassign.add_parser(sub)
+    leader_election.add_parser(sub)
     return parser
 
 

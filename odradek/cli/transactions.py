@@ -79,19 +79,18 @@ from __future__ import annotations
 import argparse
 import logging
 import re
-import sys
-import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import kafka.errors as kerrors
-from kafka import KafkaAdminClient, TopicPartition
+from kafka import TopicPartition
 from kafka.admin import AbortTransactionSpec
 
-from odradek.cli import _client
+from odradek.cli import _client, _kafka_python
 from odradek.cli._client import CliError
+from odradek.cli._kafka_python import Admin
 from odradek.cli.groups import print_table
 
 T = TypeVar("T")
@@ -200,8 +199,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 def run(args: argparse.Namespace) -> int:
     _check_options(args)
-    _quiet_kafka_python()
-    admin = Admin(args)
+    _kafka_python.quiet_kafka_python()
+    admin = Admin(args, "transactions", error_from)
     try:
         return {"list": list_transactions, "describe": describe, "describe-producers": describe_producers,
                 "find-hanging": find_hanging, "abort": abort}[args.action](admin, args)
@@ -273,140 +272,6 @@ def parse_producer_ids(items: Iterable[str]) -> list[int]:
     return out
 
 
-# -- the client ----------------------------------------------------------------------------------------
-
-
-def _quiet_kafka_python() -> None:
-    """kafka-python logs every failed connection attempt; the verb reports what matters itself."""
-    debug = logging.getLogger().isEnabledFor(logging.DEBUG)
-    logging.getLogger("kafka").setLevel(logging.DEBUG if debug else logging.CRITICAL + 1)
-
-
-# librdkafka's (and Kafka's) property names → kafka-python's, where the name is not just dots → underscores.
-_ALIASES = {
-    "ssl.ca.location": "ssl_cafile",
-    "ssl.certificate.location": "ssl_certfile",
-    "ssl.key.location": "ssl_keyfile",
-    "ssl.key.password": "ssl_password",
-    "ssl.crl.location": "ssl_crlfile",
-    "sasl.mechanisms": "sasl_mechanism",
-    "sasl.mechanism": "sasl_mechanism",
-    "sasl.username": "sasl_plain_username",
-    "sasl.password": "sasl_plain_password",
-}
-# kafka-python settings that are objects, not values a properties file can hold.
-_NOT_SETTABLE = frozenset({"selector", "kafka_client", "socket_options", "ssl_context", "metric_reporters",
-                           "sasl_oauth_token_provider"})
-
-
-def client_config(args: argparse.Namespace) -> dict[str, Any]:
-    """KafkaAdminClient's keyword arguments: the shared options, then ``--command-config`` and properties."""
-    conf: dict[str, Any] = {
-        "bootstrap_servers": [s.strip() for s in args.bootstrap_server.split(",") if s.strip()],
-        "client_id": "odradek-transactions",
-        "request_timeout_ms": args.request_timeout_ms,
-        "bootstrap_timeout_ms": args.request_timeout_ms,
-        "reconnect_backoff_max_ms": 1000,
-    }
-    props: dict[str, str] = {}
-    if args.command_config is not None:
-        props.update(_client.read_properties(args.command_config))
-    for item in args.client_properties:
-        key, value = _client.split_key_value(item, "--client-property")
-        props[key] = value
-    for key, value in props.items():
-        name, converted = _translate(key, value)
-        if name is None:
-            print(f"odradek transactions: warning: ignoring client config {key!r}: kafka-python, which this verb "
-                  "uses, has no such setting", file=sys.stderr)
-            continue
-        conf[name] = converted
-    return conf
-
-
-def _translate(key: str, value: str) -> tuple[str | None, Any]:
-    """(kafka-python name, typed value) of one client property; name None when it has no equivalent."""
-    if key == "ssl.endpoint.identification.algorithm":
-        return "ssl_check_hostname", value.strip().lower() == "https"
-    name = _ALIASES.get(key, key.replace(".", "_"))
-    defaults = KafkaAdminClient.DEFAULT_CONFIG
-    if name not in defaults or name in _NOT_SETTABLE:
-        return None, None
-    if name == "bootstrap_servers":
-        return name, [s.strip() for s in value.split(",") if s.strip()]
-    if name == "api_version":
-        try:
-            return name, tuple(int(x) for x in value.split("."))
-        except ValueError:
-            raise CliError(f"client config api.version={value!r} is not a version like 3.9",
-                           exit_code=2) from None
-    default = defaults[name]
-    if isinstance(default, bool):
-        if value.strip().lower() not in ("true", "false"):
-            raise CliError(f"client config {key}={value!r} must be true or false", exit_code=2)
-        return name, value.strip().lower() == "true"
-    if isinstance(default, int):
-        try:
-            return name, int(value)
-        except ValueError:
-            raise CliError(f"client config {key}={value!r} must be an integer", exit_code=2) from None
-    return name, value
-
-
-_UNREACHABLE = (kerrors.KafkaTimeoutError, kerrors.KafkaConnectionError, kerrors.NodeNotReadyError,
-                kerrors.RequestTimedOutError, kerrors.MetadataEmptyBrokerList, TimeoutError)
-
-
-def _bounded(fn: Callable[[], T], seconds: float) -> T:
-    """``fn()`` on a daemon thread, waited for at most ``seconds`` (``TimeoutError`` then).
-
-    A daemon thread, not an executor: a call that never returns must not keep the process alive.
-    """
-    box: dict[str, Any] = {}
-    done = threading.Event()
-
-    def target() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as e:  # re-raised on the caller's thread
-            box["error"] = e
-        finally:
-            done.set()
-
-    threading.Thread(target=target, name="odradek-transactions-call", daemon=True).start()
-    if not done.wait(seconds):
-        raise TimeoutError(f"no answer within {seconds:g}s")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]  # type: ignore[no-any-return]
-
-
-class Admin:
-    """A ``KafkaAdminClient`` whose calls are bounded and whose failures are ``CliError``s."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.args = args
-        conf = client_config(args)
-        self.call_limit_s = 2 * _client.timeout_s(args) + 5
-        try:
-            self.client: KafkaAdminClient = _bounded(lambda: KafkaAdminClient(**conf), self.call_limit_s)
-        except kerrors.KafkaConfigurationError as e:
-            raise CliError(f"invalid client configuration: {e}",
-                           "check --client-property/--command-config", exit_code=2) from None
-        except Exception as e:
-            raise error_from(e, args, "connect") from None
-
-    def call(self, what: str, fn: Callable[[KafkaAdminClient], T], *, subject: str | None = None) -> T:
-        try:
-            return _bounded(lambda: fn(self.client), self.call_limit_s)
-        except Exception as e:
-            raise error_from(e, self.args, what, subject=subject) from None
-
-    def close(self) -> None:
-        try:
-            _bounded(self.client.close, 5)
-        except Exception as e:  # nothing left to report to: the verb's answer is already out
-            log.debug("closing the admin client failed: %s", e)
 
 
 _APIS = {
@@ -417,14 +282,12 @@ _APIS = {
 }
 
 
-def error_from(e: BaseException, args: argparse.Namespace, what: str, *, subject: str | None = None) -> CliError:
+def error_from(e: BaseException, args: argparse.Namespace, what: str, subject: str | None = None) -> CliError:
     """A ``CliError`` for a failed operation ``what`` (e.g. "describe producers of orders-0")."""
     if isinstance(e, CliError):
         return e
-    if isinstance(e, _UNREACHABLE):
-        err = _client.unreachable(args, f"{what}: {_describe_error(e)}")
-        err.code = getattr(e, "errno", None)
-        return err
+    if isinstance(e, _kafka_python.UNREACHABLE):
+        return _kafka_python.generic_error(e, args, what)
     code = getattr(e, "errno", None)
     if isinstance(e, kerrors.UnsupportedVersionError):
         api = next((name for prefix, name in _APIS.items() if what.startswith(prefix)), "this request")
@@ -437,23 +300,14 @@ def error_from(e: BaseException, args: argparse.Namespace, what: str, *, subject
         return CliError(f"cannot {what}: the topic or partition does not exist (UNKNOWN_TOPIC_OR_PARTITION)",
                         f"`odradek topics describe --topic {topic}` shows its partitions", code=code)
     if isinstance(e, kerrors.InvalidProducerEpochError | kerrors.TransactionCoordinatorFencedError):
-        return CliError(f"cannot {what}: {_describe_error(e)}",
+        return CliError(f"cannot {what}: {_kafka_python.describe_error(e)}",
                         "the partition has seen a newer epoch of this producer or of its coordinator: "
                         "`odradek transactions describe-producers` shows its ProducerEpoch and LatestCoordinatorEpoch",
                         code=code)
     if isinstance(e, kerrors.CoordinatorLoadInProgressError | kerrors.CoordinatorNotAvailableError):
-        return CliError(f"cannot {what}: {_describe_error(e)}",
+        return CliError(f"cannot {what}: {_kafka_python.describe_error(e)}",
                         "the transaction coordinator is starting up; retry in a few seconds", code=code)
-    return CliError(f"cannot {what}: {_describe_error(e)}", code=code)
-
-
-def _describe_error(e: BaseException) -> str:
-    if isinstance(e, kerrors.BrokerResponseError) and e.message:
-        return f"{e.description.rstrip('.')} ({e.message})" if e.description else e.message
-    text = str(e)
-    # kafka-python prefixes its messages with the class name ("KafkaTimeoutError: ...").
-    name = type(e).__name__
-    return text[len(name) + 2:] if text.startswith(name + ": ") else text or name
+    return CliError(f"cannot {what}: {_kafka_python.describe_error(e)}", code=code)
 
 
 def not_found(transactional_id: str) -> CliError:
@@ -632,7 +486,7 @@ def _partitions_to_search(admin: Admin, args: argparse.Namespace) -> list[Any]:
     for t in topics:
         if t.get("error_code", 0):
             err = kerrors.for_code(t["error_code"])
-            raise error_from(err(), args, f"describe topic '{t.get('name')}'", subject=t.get("name"))
+            raise error_from(err(), args, f"describe topic '{t.get('name')}'", t.get("name"))
         for p in t.get("partitions") or ():
             if args.broker_id is None or args.broker_id in (p.get("replica_nodes") or ()):
                 out.append(TopicPartition(t["name"], p["partition_index"]))

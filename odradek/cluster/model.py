@@ -88,12 +88,16 @@ class LeaderAndIsr:
 
 @dataclass(frozen=True, slots=True)
 class TopicAssignment:
-    """``/brokers/topics/<t>``: the topic id and each partition's replicas (preferred leader first)."""
+    """``/brokers/topics/<t>``: the topic id and each partition's replicas (preferred leader first); during a
+    reassignment, ``replicas`` is the full set and ``adding``/``removing`` (partitions with a reassignment
+    only) say which of them are arriving and leaving (``cluster/controller/reassignment.py``)."""
 
     name: str
     topic_id: uuid.UUID
     replicas: dict[int, tuple[int, ...]] = field(default_factory=dict)
     zk_version: int = UNKNOWN_VERSION
+    adding: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    removing: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def partition_count(self) -> int:

@@ -60,6 +60,9 @@ ALTER_CONFIGS = 33
 CREATE_PARTITIONS = 37
 DELETE_GROUPS = 42
 INCREMENTAL_ALTER_CONFIGS = 44
+ELECT_LEADERS = 43
+ALTER_PARTITION_REASSIGNMENTS = 45
+LIST_PARTITION_REASSIGNMENTS = 46
 OFFSET_DELETE = 47
 INIT_PRODUCER_ID = 22
 ADD_PARTITIONS_TO_TXN = 24
@@ -97,6 +100,9 @@ SUPPORTED: dict[int, ApiRange] = _table(
     (DELETE_GROUPS, "DeleteGroups", 0, 2),
     (OFFSET_DELETE, "OffsetDelete", 0, 0),
     (INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigs", 0, 1),
+    (ELECT_LEADERS, "ElectLeaders", 0, 2),
+    (ALTER_PARTITION_REASSIGNMENTS, "AlterPartitionReassignments", 0, 1),
+    (LIST_PARTITION_REASSIGNMENTS, "ListPartitionReassignments", 0, 0),
     (DESCRIBE_CLUSTER, "DescribeCluster", 0, 2),
     (DESCRIBE_PRODUCERS, "DescribeProducers", 0, 0),
     (INIT_PRODUCER_ID, "InitProducerId", 0, 5),

@@ -92,12 +92,12 @@ class ReplicaManager:
         return part
 
     def apply_state(self, topic: str, partition: int, state: LeaderAndIsr, replicas: tuple[int, ...]) -> None:
-        """Apply a partition's state from ZooKeeper: lead, follow, or (not a replica) drop it."""
+        """Apply a partition's state from ZooKeeper: lead, follow, or (not a replica any more) delete it."""
         tp = (topic, partition)
         part = self._partitions.get(tp)
-        if self.local_id not in replicas:
-            if part is not None:
-                self.remove(topic, partition, delete=False)
+        if self.local_id not in replicas:  # a reassignment moved it away: its log goes, as Kafka's StopReplica
+            if part is not None or self.log_manager.get_log(topic, partition) is not None:
+                self.remove(topic, partition, delete=True)
             return
         if part is not None and part.state is not None and state.leader_epoch < part.state.leader_epoch:
             return  # a late event

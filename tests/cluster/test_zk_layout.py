@@ -217,8 +217,16 @@ def test_topic_without_id_decodes_with_zero_id() -> None:
     t = layout.decode_topic("old", v1)
     assert t.topic_id == layout.ZERO_TOPIC_ID
     assert t.replicas == {0: (103, 102), 1: (101, 103)}
-    v2 = b'{"version":2,"partitions":{"0":[1]},"adding_replicas":{"0":[2]},"removing_replicas":{}}'
+    v2 = b'{"version":2,"partitions":{"0":[2,1]},"adding_replicas":{"0":[2]},"removing_replicas":{}}'
     assert layout.decode_topic("old", v2).topic_id == layout.ZERO_TOPIC_ID
+
+
+def test_topic_with_a_reassignment_golden_and_round_trip() -> None:
+    golden = (b'{"removing_replicas":{"0":[1]},"partitions":{"0":[3,2,1],"1":[2,3]},"topic_id":"ZOLr9CLNQjSW70hyIHx6BQ",'
+              b'"adding_replicas":{"0":[3]},"version":3}')
+    t = layout.decode_topic("t", golden, 4)
+    assert (t.replicas, t.adding, t.removing, t.zk_version) == ({0: (3, 2, 1), 1: (2, 3)}, {0: (3,)}, {0: (1,)}, 4)
+    assert layout.encode_topic(t) == golden
 
 
 @pytest.mark.parametrize(
@@ -229,6 +237,8 @@ def test_topic_without_id_decodes_with_zero_id() -> None:
         (b'{"version":3,"partitions":{"0":[1,"2"]}}', "must be a list of integers"),
         (b'{"version":3,"partitions":[]}', "'partitions' must map"),
         (b'{"version":3,"partitions":{},"adding_replicas":{"0":"1"}}', "adding_replicas of partition 0"),
+        (b'{"version":3,"partitions":{"0":[1]},"adding_replicas":{"1":[1]}}', "which the topic does not have"),
+        (b'{"version":3,"partitions":{"0":[1]},"removing_replicas":{"0":[2]}}', "are not all among its replicas"),
     ],
 )
 def test_topic_errors(data: bytes, problem: str) -> None:

@@ -392,3 +392,27 @@ class KillRevive(RuleBasedStateMachine):
 
 KillRevive.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
 test_kill_revive = KillRevive.TestCase
+
+
+def test_unclean_leader_election_on_request() -> None:
+    from odradek.cluster.controller.election import elect_unclean_leaders
+
+    states = {("t", 0): LeaderAndIsr(NO_LEADER, 4, (1,), 2), ("t", 1): LeaderAndIsr(2, 4, (2, 3), 2),
+              ("t", 2): LeaderAndIsr(NO_LEADER, 4, (1,), 2)}
+    assignments = {("t", 0): (1, 2, 3), ("t", 1): (2, 3, 1), ("t", 2): (1,)}
+    r = elect_unclean_leaders(states, assignments, {2, 3}, 5, list(states))
+    assert r.changed == {("t", 0): LeaderAndIsr(2, 5, (2,), 5)}
+    assert r.unclean == [("t", 0)] and r.offline == [("t", 2)]  # t-1 has a live leader: not needed
+
+
+def test_imbalance_lists_partitions_whose_preferred_leader_can_take_over() -> None:
+    from odradek.cluster.controller.election import imbalanced_partitions
+
+    assignments = {("t", p): r for p, r in enumerate([(1, 2), (1, 2), (2, 1), (1, 3), (3, 1)])}
+    states = {("t", 0): LeaderAndIsr(2, 1, (1, 2), 1), ("t", 1): LeaderAndIsr(1, 1, (1, 2), 1),
+              ("t", 2): LeaderAndIsr(2, 1, (2, 1), 1), ("t", 3): LeaderAndIsr(3, 1, (3,), 1),
+              ("t", 4): LeaderAndIsr(3, 1, (3, 1), 1)}
+    # broker 1 prefers 3 partitions and leads 1: 67 % elsewhere; t-3 cannot move (1 is not in its ISR)
+    assert imbalanced_partitions(states, assignments, {1, 2, 3}, 10) == [("t", 0)]
+    assert imbalanced_partitions(states, assignments, {1, 2, 3}, 70) == []
+    assert imbalanced_partitions(states, assignments, {2, 3}, 10) == []  # broker 1 is not live

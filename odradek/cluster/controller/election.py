@@ -43,6 +43,8 @@ __all__ = [
     "elect_for_new_partitions",
     "elect_for_returning_broker",
     "elect_preferred_leaders",
+    "elect_unclean_leaders",
+    "imbalanced_partitions",
     "offline_partition_leader",
     "preferred_leader",
 ]
@@ -243,6 +245,48 @@ def elect_preferred_leaders(
         else:
             result.changed[tp] = state.new_leader(leader, state.isr, controller_epoch)
     return result
+
+
+def elect_unclean_leaders(
+    states: Mapping[TopicPartition, LeaderAndIsr],
+    assignments: Mapping[TopicPartition, Sequence[int]],
+    live: Collection[int],
+    controller_epoch: int,
+    partitions: Iterable[TopicPartition],
+) -> ElectionResult:
+    """ElectLeaders UNCLEAN: a partition without a live leader gets one, from its ISR if possible, else any live
+    replica (``unclean``). Partitions with a live leader are left out (Kafka's ELECTION_NOT_NEEDED); those no
+    live replica can lead are listed in ``offline``."""
+    result = ElectionResult()
+    for tp in partitions:
+        state = states[tp]
+        if state.leader in live:
+            continue
+        _elect_offline(tp, state, assignments.get(tp, ()), live, True, controller_epoch, result)
+    return result
+
+
+def imbalanced_partitions(
+    states: Mapping[TopicPartition, LeaderAndIsr],
+    assignments: Mapping[TopicPartition, Sequence[int]],
+    live: Collection[int],
+    percentage: int,
+) -> list[TopicPartition]:
+    """Kafka's auto leader rebalance check: for each live broker, the share of the partitions it is the preferred
+    replica of that another broker leads; where that share exceeds ``percentage`` %, those partitions whose
+    preferred replica could lead now (live and in the ISR) are returned, for a preferred-leader election."""
+    preferred_of: dict[int, list[TopicPartition]] = {}
+    for tp, assignment in assignments.items():
+        if assignment and tp in states:
+            preferred_of.setdefault(assignment[0], []).append(tp)
+    out: list[TopicPartition] = []
+    for broker, tps in sorted(preferred_of.items()):
+        if broker not in live:
+            continue
+        elsewhere = [tp for tp in tps if states[tp].leader != broker]
+        if elsewhere and len(elsewhere) * 100 > percentage * len(tps):
+            out.extend(tp for tp in elsewhere if preferred_leader(assignments[tp], states[tp].isr, live) is not None)
+    return out
 
 
 # --- helpers ---------------------------------------------------------------------------------------------------

@@ -637,6 +637,34 @@ class ZkClient:
             raise BadVersionError(f"{path} does not exist (the topic was deleted)") from None
         return replace(t, zk_version=int(stat.version))
 
+    def write_topic_assignments(
+        self, assignments: list[TopicAssignment], fence: ControllerFence
+    ) -> list[TopicAssignment | None]:
+        """The controller's rewrite of topic znodes (reassignments), each conditional on its ``zk_version``, in
+        one fenced multi-op. Each result is the written assignment (new ``zk_version``), or None when its znode
+        moved or is gone (re-read it). ControllerMovedError if another controller took over."""
+        pending = {t.name: t for t in assignments}
+        out: dict[str, TopicAssignment | None] = {}
+        while pending:
+            names = list(pending)
+
+            def build(t: Any, names: list[str] = names) -> None:
+                t.check(layout.CONTROLLER_EPOCH_PATH, fence.epoch_zk_version)
+                for name in names:
+                    a = pending[name]
+                    t.set_data(layout.topic_path(name), layout.encode_topic(a), version=a.zk_version)
+
+            results = self._commit(build)
+            if not _failed(results):
+                for name, stat in zip(names, results[1:], strict=True):
+                    out[name] = replace(pending[name], zk_version=int(stat.version))
+                break
+            _raise_if_fenced(results, fence)
+            name = names[_first_failure(results) - 1]
+            pending.pop(name)
+            out[name] = None
+        return [out[t.name] for t in assignments]
+
     def mark_topic_for_deletion(self, name: str) -> None:
         """Create ``/admin/delete_topics/<t>`` (the controller's cue to delete it); idempotent."""
         try:

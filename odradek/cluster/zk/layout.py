@@ -349,25 +349,23 @@ def topic_id_from_string(text: str) -> uuid.UUID:
 
 
 def encode_topic(t: TopicAssignment) -> bytes:
-    """A version 3 topic assignment with ``topic_id``; no reassignment in progress (empty adding/removing)."""
+    """A version 3 topic assignment with ``topic_id`` and the partitions being reassigned."""
     partitions = {str(p): list(t.replicas[p]) for p in sorted(t.replicas)}
     return _dump(
         {
-            "removing_replicas": {},
+            "removing_replicas": {str(p): list(r) for p, r in sorted(t.removing.items()) if r},
             "partitions": partitions,
             "topic_id": topic_id_to_string(t.topic_id),
-            "adding_replicas": {},
+            "adding_replicas": {str(p): list(r) for p, r in sorted(t.adding.items()) if r},
             "version": TOPIC_VERSION,
         }
     )
 
 
 def decode_topic(name: str, data: bytes | None, zk_version: int = UNKNOWN_VERSION) -> TopicAssignment:
-    """Any version (1..3); without ``topic_id`` the id is ``ZERO_TOPIC_ID``.
-
-    ``adding_replicas``/``removing_replicas`` (a reassignment Kafka started) are checked but not kept:
-    ``partitions`` already lists the full replica set Kafka is moving to and from.
-    """
+    """Any version (1..3); without ``topic_id`` the id is ``ZERO_TOPIC_ID``. ``partitions`` lists each
+    partition's full replica set; ``adding_replicas``/``removing_replicas`` (a reassignment in progress) must be
+    subsets of it."""
     path = topic_path(name)
     obj = _parse(path, data)
     assert data is not None
@@ -389,13 +387,22 @@ def decode_topic(name: str, data: bytes | None, zk_version: int = UNKNOWN_VERSIO
         if not key.isdigit():
             raise ZkDataError(path, f"partition {key!r} is not a non-negative number", data)
         replicas[int(key)] = _int_list(path, value, f"the replicas of partition {key}", data)
+    moving: list[dict[int, tuple[int, ...]]] = []
     for key in ("adding_replicas", "removing_replicas"):
         extra = obj.get(key, {})
         if not isinstance(extra, dict):
             raise ZkDataError(path, f"field {key!r} must map partition numbers to replica lists", data)
+        lists: dict[int, tuple[int, ...]] = {}
         for partition, value in extra.items():
-            _int_list(path, value, f"{key} of partition {partition}", data)
-    return TopicAssignment(name, topic_id, dict(sorted(replicas.items())), zk_version)
+            ids = _int_list(path, value, f"{key} of partition {partition}", data)
+            if not partition.isdigit() or int(partition) not in replicas:
+                raise ZkDataError(path, f"{key} names partition {partition!r}, which the topic does not have", data)
+            if any(r not in replicas[int(partition)] for r in ids):
+                raise ZkDataError(path, f"{key} of partition {partition} are not all among its replicas", data)
+            if ids:
+                lists[int(partition)] = ids
+        moving.append(lists)
+    return TopicAssignment(name, topic_id, dict(sorted(replicas.items())), zk_version, moving[0], moving[1])
 
 
 # -- /brokers/topics/<t>/partitions/<p>/state ----------------------------------------------------------------

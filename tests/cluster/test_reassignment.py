@@ -1,0 +1,173 @@
+"""Partition reassignment on a 4-broker cluster, driven by kafka-python's admin client (a real Kafka client):
+AlterPartitionReassignments, ListPartitionReassignments, cancellation, and the errors Kafka gives."""
+
+from __future__ import annotations
+
+import os
+import signal
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from kafka import KafkaAdminClient
+from kafka import TopicPartition as KTopicPartition
+from kafka.errors import (
+    InvalidReplicationAssignmentError,
+    NoReassignmentInProgressError,
+    UnknownTopicOrPartitionError,
+)
+
+from odradek.cluster.zk.server import ZooKeeperServer
+from odradek.protocol import apis
+from tests.broker.wire import Conn
+from tests.cluster.brokers import Cluster, wait_until
+from tests.cluster.test_replication import _consume_all
+from tests.cluster.zk_process import unique_chroot
+
+
+@pytest.fixture(scope="module")
+def cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    c = Cluster(tmp_path_factory.mktemp("cluster4"), unique_chroot(zookeeper), size=4).start()
+    try:
+        yield c
+    finally:
+        failures = c.stop()
+    assert not failures, "\n".join(failures)
+
+
+@pytest.fixture
+def admin(cluster: Cluster) -> Iterator[Any]:
+    a = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=20000)
+    try:
+        yield a
+    finally:
+        a.close()
+
+
+def _topic() -> str:
+    return f"r-{uuid.uuid4().hex[:10]}"
+
+
+def _produce(cluster: Cluster, topic: str, values: list[bytes]) -> list[tuple[int, int, bytes]]:
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True,
+                  "linger.ms": 5, "message.timeout.ms": 60000})
+    acked: list[tuple[int, int, bytes]] = []
+
+    def on_ack(err: object, msg: Any) -> None:
+        assert err is None, err
+        acked.append((msg.partition(), msg.offset(), msg.value()))
+
+    for v in values:
+        p.produce(topic, value=v, on_delivery=on_ack)
+        p.poll(0)
+    assert p.flush(30) == 0
+    return acked
+
+
+def _replicas(cluster: Cluster, topic: str, partition: int = 0) -> list[int]:
+    return list(cluster.partitions(topic)[partition].replicas)
+
+
+def _settled(cluster: Cluster, admin: Any, topic: str, target: list[int]) -> bool:
+    if admin.list_partition_reassignments([KTopicPartition(topic, 0)]):
+        return False
+    p = cluster.partitions(topic)[0]
+    return list(p.replicas) == target and sorted(p.isrs) == sorted(target) and p.leader in target
+
+
+def _has_log(cluster: Cluster, broker: int, topic: str) -> bool:
+    return (cluster.brokers[broker].data_dir / f"{topic}-0").exists()
+
+
+def test_a_reassignment_moves_replicas_and_leadership_and_loses_nothing(cluster: Cluster, admin: Any) -> None:
+    topic = _topic()
+    cluster.create_topic(topic, partitions=1, replication_factor=2)
+    before = _replicas(cluster, topic)
+    leader = cluster.leader(topic)
+    acked = _produce(cluster, topic, [f"a{i}".encode() for i in range(3000)])
+    target = [b for b in (1, 2, 3, 4) if b not in before]  # two brokers that host nothing of it yet
+    tp = KTopicPartition(topic, 0)
+    assert admin.alter_partition_reassignments({tp: target}) == {tp: None}
+    acked += _produce(cluster, topic, [f"b{i}".encode() for i in range(1000)])  # while it moves
+    wait_until(lambda: _settled(cluster, admin, topic, target), timeout_s=40, what="the reassignment done")
+    assert cluster.leader(topic) != leader and cluster.leader(topic) in target
+    for b in before:  # the old replicas deleted their logs, as Kafka's StopReplica does
+        wait_until(lambda b=b: not _has_log(cluster, b, topic), what=f"broker {b} deleting its log")
+    for b in target:
+        assert _has_log(cluster, b, topic)
+    got = _consume_all(cluster, topic, 1, len(acked))
+    assert sorted(got) == sorted(acked), "every acknowledged record once, at its offset"
+
+
+def test_growing_and_reordering_the_replicas(cluster: Cluster, admin: Any) -> None:
+    topic = _topic()
+    cluster.create_topic(topic, partitions=1, replication_factor=1)
+    (only,) = _replicas(cluster, topic)
+    acked = _produce(cluster, topic, [f"g{i}".encode() for i in range(500)])
+    others = [b for b in (1, 2, 3, 4) if b != only]
+    target = [others[0], only, others[1]]
+    tp = KTopicPartition(topic, 0)
+    assert admin.alter_partition_reassignments({tp: target}) == {tp: None}
+    wait_until(lambda: _settled(cluster, admin, topic, target), timeout_s=40, what="the replication factor grown")
+    assert cluster.leader(topic) == only, "the leader stays when it is in the target (rebalancing is separate)"
+    assert sorted(_consume_all(cluster, topic, 1, len(acked))) == sorted(acked)
+
+
+def test_list_and_cancel_a_running_reassignment(cluster: Cluster, admin: Any) -> None:
+    topic = _topic()
+    cluster.create_topic(topic, partitions=1, replication_factor=2)
+    before = _replicas(cluster, topic)
+    _produce(cluster, topic, [b"x"] * 100)
+    controller = cluster.metadata().controller_id
+    newcomer = next(b for b in (1, 2, 3, 4) if b not in before and b != controller)  # stopped below
+    tp = KTopicPartition(topic, 0)
+    stopped = cluster.brokers[newcomer]
+    os.kill(stopped.pid, signal.SIGSTOP)  # registered but not fetching: the reassignment cannot finish
+    try:
+        assert admin.alter_partition_reassignments({tp: [newcomer, before[0]]}) == {tp: None}
+        running = admin.list_partition_reassignments()
+        assert running[tp] == {"replicas": [newcomer, before[0], before[1]], "adding_replicas": [newcomer],
+                               "removing_replicas": [before[1]]}
+        assert admin.list_partition_reassignments({"no-such-topic": [0]}) == {}
+        assert admin.alter_partition_reassignments({tp: None}) == {tp: None}  # cancel
+    finally:
+        os.kill(stopped.pid, signal.SIGCONT)
+    wait_until(lambda: _settled(cluster, admin, topic, before), timeout_s=30, what="back to the original replicas")
+    wait_until(lambda: not _has_log(cluster, newcomer, topic), what="the cancelled replica's log deleted")
+
+
+def test_invalid_reassignments_get_kafkas_errors(cluster: Cluster, admin: Any) -> None:
+    topic = _topic()
+    cluster.create_topic(topic, partitions=1, replication_factor=2)
+    before = _replicas(cluster, topic)
+    tp = KTopicPartition(topic, 0)
+    out = admin.alter_partition_reassignments({
+        tp: [before[0], before[0]],
+        KTopicPartition(topic, 7): [1],
+        KTopicPartition("no-such-topic", 0): [1],
+    })
+    assert out[tp] is InvalidReplicationAssignmentError
+    assert out[KTopicPartition(topic, 7)] is UnknownTopicOrPartitionError
+    assert out[KTopicPartition("no-such-topic", 0)] is UnknownTopicOrPartitionError
+    assert admin.alter_partition_reassignments({tp: [99]}) == {tp: InvalidReplicationAssignmentError}
+    controller = cluster.brokers[cluster.metadata().controller_id]
+    with Conn(controller.address) as conn:  # kafka-python refuses an empty list itself: send it by hand
+        r = conn.request(apis.ALTER_PARTITION_REASSIGNMENTS, 0, {"timeout": 1000, "topics": [
+            {"name": topic, "partitions": [{"partition_index": 0, "replicas": []}]}]})
+        (p,) = r.responses[0].partitions
+        assert int(p.error_code) == 39 and "empty" in p.error_message  # INVALID_REPLICA_ASSIGNMENT
+    assert admin.alter_partition_reassignments({tp: None}) == {tp: NoReassignmentInProgressError}
+    assert _replicas(cluster, topic) == before, "nothing changed"
+
+
+def test_a_broker_that_is_not_the_controller_answers_not_controller(cluster: Cluster) -> None:
+    controller = cluster.metadata().controller_id
+    other = next(b for i, b in cluster.brokers.items() if i != controller)
+    with Conn(other.address) as conn:
+        r = conn.request(apis.ALTER_PARTITION_REASSIGNMENTS, 0, {"timeout": 1000, "topics": [
+            {"name": "t", "partitions": [{"partition_index": 0, "replicas": [1]}]}]})
+        assert int(r.error_code) == 41 and "controller" in r.error_message  # NOT_CONTROLLER
+        r = conn.request(apis.LIST_PARTITION_REASSIGNMENTS, 0, {"timeout": 1000, "topics": None})
+        assert int(r.error_code) == 41
