@@ -120,6 +120,7 @@ class ClusterMember:
         self._tasks: set[asyncio.Task[Any]] = set()
         # listeners (the controller) told after every image change
         self.listeners: list[Callable[[str], None]] = []
+        self._held: list[Callable[[], None]] | None = None  # watch changes waiting for the first load
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -147,24 +148,42 @@ class ClusterMember:
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(fn)
 
+    def _dispatch_watch(self, fn: Callable[[], None]) -> None:
+        """A watch's change, applied on the loop: after the image it follows once the first load is installed.
+
+        A change that arrives while ``_load_image`` still reads (the controller elected while a broker starts)
+        must not be overwritten by the older value the load read first; it is held and applied after it."""
+        def apply() -> None:
+            if self._held is not None:
+                self._held.append(fn)
+            else:
+                fn()
+        self._dispatch(apply)
+
     def _load_image(self) -> None:
-        """Read everything once and install the watches (worker thread)."""
+        """Read everything once and install the watches (worker thread); changes meanwhile wait (see above)."""
         zk = self.zk
         assert zk is not None
-        brokers = zk.live_brokers(watch=lambda m: self._dispatch(lambda: self._on_brokers(m)))
-        controller = zk.controller(watch=lambda c: self._dispatch(lambda: self._on_controller(c)))
-        names = zk.topic_names(watch=lambda n: self._dispatch(lambda: self._on_topic_names(n)))
+        self._held = []
+        brokers = zk.live_brokers(watch=lambda m: self._dispatch_watch(lambda: self._on_brokers(m)))
+        controller = zk.controller(watch=lambda c: self._dispatch_watch(lambda: self._on_controller(c)))
+        names = zk.topic_names(watch=lambda n: self._dispatch_watch(lambda: self._on_topic_names(n)))
         topics = {name: self._read_topic(name) for name in names}
-        zk.config_changes(watch=lambda paths: self._dispatch(lambda: self._on_config_changes(paths)))
-        deletions = zk.topics_to_delete(watch=lambda names: self._dispatch(lambda: self._on_deletions(names)))
+        zk.config_changes(watch=lambda paths: self._dispatch_watch(lambda: self._on_config_changes(paths)))
+        deletions = zk.topics_to_delete(watch=lambda names: self._dispatch_watch(lambda: self._on_deletions(names)))
 
         def install() -> None:
-            self._on_deletions(deletions)
-            self._on_brokers(brokers)
-            self._on_controller(controller)
-            for assignment, configs, states in topics.values():
-                if assignment is not None:
-                    self._install_topic(assignment, configs, states)
+            try:
+                self._on_deletions(deletions)
+                self._on_brokers(brokers)
+                self._on_controller(controller)
+                for assignment, configs, states in topics.values():
+                    if assignment is not None:
+                        self._install_topic(assignment, configs, states)
+            finally:
+                held, self._held = self._held or [], None
+                for fn in held:
+                    fn()
         done = asyncio.run_coroutine_threadsafe(_call(install), self._loop) if self._loop else None
         if done is not None:
             done.result()
@@ -176,7 +195,7 @@ class ClusterMember:
         first = name not in self._watched_topics
         self._watched_topics.add(name)
         if first:
-            assignment = zk.get_topic(name, watch=lambda t: self._dispatch(lambda: self._on_assignment(name, t)))
+            assignment = zk.get_topic(name, watch=lambda t: self._dispatch_watch(lambda: self._on_assignment(name, t)))
         else:
             assignment = zk.get_topic(name)
         if assignment is None:
@@ -206,7 +225,7 @@ class ClusterMember:
         for attempt in range(_WATCH_START_ATTEMPTS):
             try:
                 return zk.get_partition_state(
-                    tp[0], tp[1], watch=lambda s: self._dispatch(lambda: self._on_state(tp, s)))
+                    tp[0], tp[1], watch=lambda s: self._dispatch_watch(lambda: self._on_state(tp, s)))
             except ZkDataError:
                 raise
             except ZkError as e:

@@ -54,7 +54,9 @@ def test_every_cluster_key_is_declared_and_real() -> None:
              "controller.socket.timeout.ms"]
     assert [n for n in names if n not in KEYS or KEYS[n].ignored] == []
     assert KEYS["zookeeper.max.in.flight.requests"].ignored  # accepted: kazoo has no such limit
-    assert KEYS["auto.leader.rebalance.enable"].ignored  # accepted until leader rebalancing exists
+    for key in ("auto.leader.rebalance.enable", "leader.imbalance.per.broker.percentage",
+                "leader.imbalance.check.interval.seconds"):
+        assert not KEYS[key].ignored, key  # the controller's auto leader rebalance uses them
 
 
 def test_cluster_keys_are_parsed_into_typed_attributes() -> None:

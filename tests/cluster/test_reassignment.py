@@ -3,14 +3,16 @@ AlterPartitionReassignments, ListPartitionReassignments, cancellation, and the e
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import ElectionType, KafkaError, Producer, TopicPartition
 from kafka import KafkaAdminClient
 from kafka import TopicPartition as KTopicPartition
 from kafka.errors import (
@@ -22,6 +24,7 @@ from kafka.errors import (
 from odradek.cluster.zk.server import ZooKeeperServer
 from odradek.protocol import apis
 from tests.broker.wire import Conn
+from tests.cli.test_cli import Cli
 from tests.cluster.brokers import Cluster, wait_until
 from tests.cluster.test_replication import _consume_all
 from tests.cluster.zk_process import unique_chroot
@@ -171,3 +174,88 @@ def test_a_broker_that_is_not_the_controller_answers_not_controller(cluster: Clu
         assert int(r.error_code) == 41 and "controller" in r.error_message  # NOT_CONTROLLER
         r = conn.request(apis.LIST_PARTITION_REASSIGNMENTS, 0, {"timeout": 1000, "topics": None})
         assert int(r.error_code) == 41
+
+
+# -- leader elections ------------------------------------------------------------------------------------
+
+
+def _reorder(cluster: Cluster, admin: Any, topic: str) -> tuple[int, int]:
+    """Swap the two replicas of ``topic``-0 (a reassignment without data movement): the leader stays, the
+    preferred replica changes. Returns (leader, new preferred)."""
+    a, b = _replicas(cluster, topic)
+    leader = cluster.leader(topic)
+    tp = KTopicPartition(topic, 0)
+    assert admin.alter_partition_reassignments({tp: [b, a]}) == {tp: None}
+    wait_until(lambda: _replicas(cluster, topic) == [b, a], what="the replicas reordered")
+    assert cluster.leader(topic) == leader == a
+    return a, b
+
+
+def test_preferred_leader_election_moves_leadership_back(cluster: Cluster, admin: Any) -> None:
+    topic = _topic()
+    cluster.create_topic(topic, partitions=1, replication_factor=2)
+    _, preferred = _reorder(cluster, admin, topic)
+    c = cluster.admin()
+    tp = TopicPartition(topic, 0)
+    assert c.elect_leaders(ElectionType.PREFERRED, [tp]).result(timeout=20) == {tp: None}
+    assert cluster.leader(topic) == preferred
+    again = c.elect_leaders(ElectionType.PREFERRED, [tp]).result(timeout=20)[tp]
+    assert again is not None and again.args[0].code() == KafkaError.ELECTION_NOT_NEEDED
+    unclean = c.elect_leaders(ElectionType.UNCLEAN, [tp]).result(timeout=20)[tp]
+    assert unclean is not None and unclean.args[0].code() == KafkaError.ELECTION_NOT_NEEDED  # it has a leader
+    missing = TopicPartition(topic, 5)
+    err = c.elect_leaders(ElectionType.PREFERRED, [missing]).result(timeout=20)[missing]
+    assert err is not None and err.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
+def test_leader_election_and_reassign_partitions_cli(cluster: Cluster, admin: Any, tmp_path: Path) -> None:
+    cli = Cli(cluster.bootstrap)
+    topic = _topic()
+    cluster.create_topic(topic, partitions=2, replication_factor=2)
+    _, preferred = _reorder(cluster, admin, topic)
+    out = cli.ok("leader-election", "--election-type", "preferred", "--topic", topic, "--partition", "0")
+    assert f"Successfully completed leader election (PREFERRED) for partitions {topic}-0" in out
+    assert cluster.leader(topic) == preferred
+    out = cli.ok("leader-election", "--election-type", "preferred", "--topic", topic)
+    assert f"Valid replica already elected for partitions {topic}-0, {topic}-1" in out
+
+    move = tmp_path / "move.json"
+    move.write_text(json.dumps({"version": 1, "topics": [{"topic": topic}]}))
+    out = cli.ok("reassign-partitions", "--generate", "--topics-to-move-json-file", str(move), "--broker-list", "3,4")
+    proposed = json.loads(out.split("Proposed partition reassignment configuration\n")[1])
+    assert {(p["topic"], p["partition"]) for p in proposed["partitions"]} == {(topic, 0), (topic, 1)}
+    assert all(sorted(p["replicas"]) == [3, 4] for p in proposed["partitions"])
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(proposed))
+    out = cli.ok("reassign-partitions", "--execute", "--reassignment-json-file", str(plan))
+    assert "Save this to use as the --reassignment-json-file option during rollback" in out
+    assert f"Successfully started partition reassignments for {topic}-0,{topic}-1" in out
+    wait_until(lambda: cli("reassign-partitions", "--verify", "--reassignment-json-file", str(plan)).returncode == 0,
+               timeout_s=40, what="--verify to report completion")
+    out = cli.ok("reassign-partitions", "--verify", "--reassignment-json-file", str(plan))
+    assert f"Reassignment of partition {topic}-0 is completed." in out
+    assert "No partition reassignments found." in cli.ok("reassign-partitions", "--list")
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": [3, 3]}]}))
+    r = cli("reassign-partitions", "--execute", "--reassignment-json-file", str(bad))
+    assert r.returncode == 2 and "must be distinct broker ids" in r.stderr
+    r = cli("reassign-partitions", "--generate", "--topics-to-move-json-file", str(move), "--broker-list", "3,9")
+    assert r.returncode == 2 and "not in the cluster" in r.stderr
+
+
+def test_auto_leader_rebalance(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+    c = Cluster(tmp_path, unique_chroot(zookeeper), size=2,
+                overrides=["leader.imbalance.check.interval.seconds=1"]).start()
+    try:
+        a = KafkaAdminClient(bootstrap_servers=c.bootstrap, request_timeout_ms=20000)
+        try:
+            topic = _topic()
+            c.create_topic(topic, partitions=1, replication_factor=2)
+            _, preferred = _reorder(c, a, topic)
+            wait_until(lambda: c.leader(topic) == preferred, timeout_s=15,
+                       what="the controller to move leadership to the preferred replica by itself")
+        finally:
+            a.close()
+    finally:
+        failures = c.stop()
+    assert not failures, "\n".join(failures)
