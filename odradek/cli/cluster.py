@@ -43,6 +43,7 @@ from types import FrameType
 from typing import IO, Any
 
 from odradek.broker.config import BrokerConfig, ConfigError
+from odradek.cli import cluster_describe
 
 HOST = "127.0.0.1"
 CHROOT = "/odradek"
@@ -62,8 +63,8 @@ class ClusterError(Exception):
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "cluster",
-        help="run a local cluster (ZooKeeper and several brokers)",
-        description="Run a local Odradek cluster on this machine.",
+        help="run a local cluster (ZooKeeper and several brokers), or describe a running one",
+        description="Run a local Odradek cluster on this machine, or describe a running cluster.",
     )
     verbs = p.add_subparsers(dest="cluster_command", required=True, metavar="VERB")
     up = verbs.add_parser(
@@ -90,6 +91,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     up.add_argument("--stop-timeout", type=float, default=60.0, metavar="SECONDS",
                     help="how long each broker may take to stop before it is killed (default 60)")
     up.set_defaults(func=run_up)
+    describe = verbs.add_parser(
+        "describe", help="brokers, controller and unhealthy partitions of a running cluster",
+        description="Describe a running cluster: its brokers (with racks), its controller, and the partitions "
+                    "that are under-replicated, under min.insync.replicas or offline.")
+    cluster_describe.add_arguments(describe)
 
 
 # -- the plan: pure ----------------------------------------------------------------------------------------

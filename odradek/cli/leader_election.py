@@ -27,7 +27,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import ElectionType, KafkaError, TopicPartition
+from confluent_kafka import ElectionType, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from odradek.cli import _client
@@ -92,15 +92,14 @@ def run(args: argparse.Namespace) -> int:
             raise CliError(f"topic '{args.topic}' does not exist", "`odradek topics list` shows the topics")
         ids = [args.partition] if args.partition is not None else sorted(topic.partitions)
         partitions = [TopicPartition(args.topic, p) for p in ids]
-    timeout = _client.timeout_s(args)
-    results: dict[Any, Any] = _client.wait(
-        admin.elect_leaders(kind, partitions, request_timeout=timeout, operation_timeout=timeout), args,
-        "elect leaders")
+    # No timeout keywords: confluent-kafka 2.16's elect_leaders fails on any (a bug in its C binding); the wait
+    # below is bounded by --request-timeout-ms, and librdkafka's own requests by socket.timeout.ms.
+    results: dict[Any, Any] = _client.wait(admin.elect_leaders(kind, partitions), args, "elect leaders")
     name = kind.name
     done, not_needed, failed = [], [], []
     for tp, err in sorted(results.items(), key=lambda kv: (kv[0].topic, kv[0].partition)):
         label = f"{tp.topic}-{tp.partition}"
-        error = err.args[0] if err is not None and err.args else err
+        error = err.args[0] if isinstance(err, KafkaException) and err.args else err  # a KafkaError
         if error is None:
             done.append(label)
         elif isinstance(error, KafkaError) and error.code() == KafkaError.ELECTION_NOT_NEEDED:

@@ -180,19 +180,19 @@ def plan_json(plan: Mapping[tuple[str, int], list[int]]) -> str:
 def current_assignment(admin: Admin, topics: list[str]) -> Plan:
     described = admin.call("describe topics", lambda c: c.describe_topics(topics))
     out: Plan = {}
-    for t in described:
+    for t in described:  # kafka-python's Metadata dicts: Kafka's schema names
         if t.get("error_code"):
-            raise CliError(f"topic '{t.get('topic')}' does not exist (UNKNOWN_TOPIC_OR_PARTITION)",
+            raise CliError(f"topic '{t.get('name')}' does not exist (UNKNOWN_TOPIC_OR_PARTITION)",
                            "`odradek topics list` shows the topics there are")
-        for p in t["partitions"]:
-            out[(t["topic"], p["partition"])] = list(p["replicas"])
+        for p in t.get("partitions") or ():
+            out[(t["name"], p["partition_index"])] = list(p["replica_nodes"])
     return out
 
 
 def generate(admin: Admin, topics: list[str], brokers: list[int]) -> int:
     current = current_assignment(admin, topics)
     cluster = admin.call("describe the cluster", lambda c: c.describe_cluster())
-    racks = {int(b["node_id"]): b.get("rack") for b in cluster["brokers"]}
+    racks = {int(b.get("broker_id", b.get("node_id", -1))): b.get("rack") for b in cluster["brokers"]}
     unknown = sorted(set(brokers) - set(racks))
     if unknown:
         raise CliError(f"--broker-list names brokers {unknown} that are not in the cluster "

@@ -30,7 +30,7 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 
-from odradek.cli import _client
+from odradek.cli import _client, _health
 from odradek.cli._client import CliError
 
 ACTIONS = ("create", "list", "describe", "delete", "alter")
@@ -63,6 +63,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--if-exists", action="store_true",
                    help="describe/alter/delete: do nothing if no topic matches")
     p.add_argument("--exclude-internal", action="store_true", help="list/describe: leave out internal topics")
+    f = p.add_argument_group("describe: only the partitions that are (partition lines only, as kafka-topics.sh)")
+    f.add_argument("--under-replicated-partitions", action="store_true",
+                   help="with fewer in-sync replicas than replicas")
+    f.add_argument("--under-min-isr-partitions", action="store_true",
+                   help="with fewer in-sync replicas than min.insync.replicas")
+    f.add_argument("--at-min-isr-partitions", action="store_true",
+                   help="with exactly min.insync.replicas in-sync replicas")
+    f.add_argument("--unavailable-partitions", action="store_true", help="without a live leader")
     _client.add_common_options(p)
     p.set_defaults(func=lambda args: _client.run_verb("topics", run, args))
 
@@ -93,6 +101,8 @@ def _check_options(args: argparse.Namespace) -> None:
     if a == "alter" and args.partitions is None and not args.config:
         raise CliError("topics alter needs --partitions N and/or --config KEY=VALUE",
                        "e.g. odradek topics alter --topic NAME --partitions 6", exit_code=2)
+    if _filters(args) and a != "describe":
+        raise CliError("the --*-partitions filters are for describe only", exit_code=2)
     if args.topic and a != "create":
         try:
             re.compile(args.topic)
@@ -166,6 +176,7 @@ def describe(admin: AdminClient, args: argparse.Namespace) -> int:
     names = _matching(admin, args)
     if not names:
         return 0
+    live = set(_client.check_reachable(admin, args).brokers) if _filters(args) else set()
     futures = admin.describe_topics(TopicCollection(names), **_admin_kwargs(args))
     resources = {name: ConfigResource("topic", name) for name in names}
     config_futures = admin.describe_configs(list(resources.values()), **_admin_kwargs(args))
@@ -182,8 +193,44 @@ def describe(admin: AdminClient, args: argparse.Namespace) -> int:
             continue
         if args.exclude_internal and desc.is_internal:
             continue
-        print(_describe_lines(desc, configs))
+        wanted = _filters(args)
+        if wanted:
+            lines = _filtered_lines(desc, configs, wanted, live)
+            if lines:
+                print("\n".join(lines))
+        else:
+            print(_describe_lines(desc, configs))
     return status
+
+
+_FILTERS = {"under_replicated_partitions": _health.UNDER_REPLICATED,
+            "under_min_isr_partitions": _health.UNDER_MIN_ISR,
+            "at_min_isr_partitions": _health.AT_MIN_ISR,
+            "unavailable_partitions": _health.UNAVAILABLE}
+
+
+def _filters(args: argparse.Namespace) -> set[str]:
+    return {flag for option, flag in _FILTERS.items() if getattr(args, option, False)}
+
+
+def min_isr_of(configs: dict[str, ConfigEntry]) -> int:
+    entry = configs.get("min.insync.replicas")
+    try:
+        return int(entry.value) if entry is not None and entry.value is not None else 1
+    except ValueError:
+        return 1
+
+
+def _filtered_lines(desc: Any, configs: dict[str, ConfigEntry], wanted: set[str], live: set[int]) -> list[str]:
+    """The partition lines of ``desc`` whose health matches any of ``wanted``."""
+    min_isr = min_isr_of(configs)
+    out = []
+    for p in sorted(desc.partitions, key=lambda p: p.id):
+        health = _health.PartitionHealth(p.leader.id if p.leader is not None else -1,
+                                         [n.id for n in p.replicas], [n.id for n in p.isr], min_isr)
+        if health.flags(live) & wanted:
+            out.append(_partition_line(desc.name, p))
+    return out
 
 
 def _describe_lines(desc: Any, configs: dict[str, ConfigEntry]) -> str:
@@ -197,11 +244,15 @@ def _describe_lines(desc: Any, configs: dict[str, ConfigEntry]) -> str:
         f"ReplicationFactor: {rf}\tConfigs: {overrides}"
     ]
     for p in sorted(desc.partitions, key=lambda p: p.id):
-        leader = p.leader.id if p.leader is not None else "none"
-        replicas = ",".join(str(n.id) for n in p.replicas)
-        isr = ",".join(str(n.id) for n in p.isr)
-        lines.append(f"\tTopic: {desc.name}\tPartition: {p.id}\tLeader: {leader}\tReplicas: {replicas}\tIsr: {isr}")
+        lines.append(_partition_line(desc.name, p))
     return "\n".join(lines)
+
+
+def _partition_line(topic: str, p: Any) -> str:
+    leader = p.leader.id if p.leader is not None else "none"
+    replicas = ",".join(str(n.id) for n in p.replicas)
+    isr = ",".join(str(n.id) for n in p.isr)
+    return f"\tTopic: {topic}\tPartition: {p.id}\tLeader: {leader}\tReplicas: {replicas}\tIsr: {isr}"
 
 
 def _kafka_uuid(topic_id: Any) -> str:

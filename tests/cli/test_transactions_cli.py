@@ -24,6 +24,7 @@ from kafka import TopicPartition
 
 from odradek.cli import transactions as tx
 from odradek.cli._client import CliError
+from odradek.cli._kafka_python import client_config
 from tests.broker.process import BrokerProcess, free_port, serving
 from tests.cli.test_cli import Cli
 
@@ -339,13 +340,13 @@ def test_client_config_translates_librdkafka_names(tmp_path: Any) -> None:
                      "socket.keepalive.enable=true\n", encoding="utf-8")
     args = argparse.Namespace(bootstrap_server="h1:9092, h2:9092", request_timeout_ms=2500, command_config=props,
                               client_properties=["reconnect.backoff.ms=7", "sasl.mechanisms=PLAIN"])
-    conf = tx.client_config(args)
-    assert conf["bootstrap_servers"] == ["h1:9092", "h2:9092"]
+    conf = client_config(args, "transactions")
+    assert conf["bootstrap_servers"] == ["h1:9092", "h2:9092"] and conf["client_id"] == "odradek-transactions"
     assert (conf["request_timeout_ms"], conf["bootstrap_timeout_ms"]) == (2500, 2500)
     assert (conf["security_protocol"], conf["ssl_cafile"], conf["ssl_check_hostname"]) == ("SSL", "/ca.pem", False)
     assert (conf["reconnect_backoff_ms"], conf["sasl_mechanism"]) == (7, "PLAIN")
     assert "socket_keepalive_enable" not in conf  # librdkafka-only: ignored with a warning
     bad = argparse.Namespace(**{**vars(args), "command_config": None, "client_properties": ["request.timeout.ms=x"]})
     with pytest.raises(CliError) as e:
-        tx.client_config(bad)
+        client_config(bad, "transactions")
     assert e.value.exit_code == 2

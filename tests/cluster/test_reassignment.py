@@ -127,16 +127,30 @@ def test_list_and_cancel_a_running_reassignment(cluster: Cluster, admin: Any) ->
     newcomer = next(b for b in (1, 2, 3, 4) if b not in before and b != controller)  # stopped below
     tp = KTopicPartition(topic, 0)
     stopped = cluster.brokers[newcomer]
-    os.kill(stopped.pid, signal.SIGSTOP)  # registered but not fetching: the reassignment cannot finish
-    try:
-        assert admin.alter_partition_reassignments({tp: [newcomer, before[0]]}) == {tp: None}
-        running = admin.list_partition_reassignments()
-        assert running[tp] == {"replicas": [newcomer, before[0], before[1]], "adding_replicas": [newcomer],
-                               "removing_replicas": [before[1]]}
-        assert admin.list_partition_reassignments({"no-such-topic": [0]}) == {}
-        assert admin.alter_partition_reassignments({tp: None}) == {tp: None}  # cancel
-    finally:
-        os.kill(stopped.pid, signal.SIGCONT)
+    # Requests by hand to the controller while the newcomer is stopped: an admin client may pick the stopped
+    # broker for its metadata and wait out its timeout.
+    with Conn(cluster.brokers[controller].address) as conn:
+        def call(api: int, body: dict[str, Any]) -> Any:
+            return conn.request(api, 0, {"timeout": 5000, **body})
+
+        os.kill(stopped.pid, signal.SIGSTOP)  # registered but not fetching: the reassignment cannot finish
+        try:
+            r = call(apis.ALTER_PARTITION_REASSIGNMENTS, {"topics": [
+                {"name": topic, "partitions": [{"partition_index": 0, "replicas": [newcomer, before[0]]}]}]})
+            assert int(r.responses[0].partitions[0].error_code) == 0
+            r = call(apis.LIST_PARTITION_REASSIGNMENTS, {"topics": None})
+            (ongoing,) = [p for t in r.topics if t.name == topic for p in t.partitions]
+            assert (list(ongoing.replicas), list(ongoing.adding_replicas), list(ongoing.removing_replicas)) == (
+                [newcomer, before[0], before[1]], [newcomer], [before[1]])
+            r = call(apis.LIST_PARTITION_REASSIGNMENTS,
+                     {"topics": [{"name": "no-such-topic", "partition_indexes": [0]}]})
+            assert r.topics == ()
+            r = call(apis.ALTER_PARTITION_REASSIGNMENTS, {"topics": [  # cancel
+                {"name": topic, "partitions": [{"partition_index": 0, "replicas": None}]}]})
+            assert int(r.responses[0].partitions[0].error_code) == 0
+        finally:
+            os.kill(stopped.pid, signal.SIGCONT)
+    assert admin.alter_partition_reassignments({tp: None}) == {tp: NoReassignmentInProgressError}
     wait_until(lambda: _settled(cluster, admin, topic, before), timeout_s=30, what="back to the original replicas")
     wait_until(lambda: not _has_log(cluster, newcomer, topic), what="the cancelled replica's log deleted")
 
@@ -200,12 +214,12 @@ def test_preferred_leader_election_moves_leadership_back(cluster: Cluster, admin
     assert c.elect_leaders(ElectionType.PREFERRED, [tp]).result(timeout=20) == {tp: None}
     assert cluster.leader(topic) == preferred
     again = c.elect_leaders(ElectionType.PREFERRED, [tp]).result(timeout=20)[tp]
-    assert again is not None and again.args[0].code() == KafkaError.ELECTION_NOT_NEEDED
+    assert again is not None and again.code() == KafkaError.ELECTION_NOT_NEEDED
     unclean = c.elect_leaders(ElectionType.UNCLEAN, [tp]).result(timeout=20)[tp]
-    assert unclean is not None and unclean.args[0].code() == KafkaError.ELECTION_NOT_NEEDED  # it has a leader
+    assert unclean is not None and unclean.code() == KafkaError.ELECTION_NOT_NEEDED  # it has a leader
     missing = TopicPartition(topic, 5)
     err = c.elect_leaders(ElectionType.PREFERRED, [missing]).result(timeout=20)[missing]
-    assert err is not None and err.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    assert err is not None and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
 
 
 def test_leader_election_and_reassign_partitions_cli(cluster: Cluster, admin: Any, tmp_path: Path) -> None:
@@ -259,3 +273,33 @@ def test_auto_leader_rebalance(zookeeper: ZooKeeperServer, tmp_path: Path) -> No
     finally:
         failures = c.stop()
     assert not failures, "\n".join(failures)
+
+
+# -- visibility -------------------------------------------------------------------------------------------
+
+
+def test_unhealthy_partitions_are_shown_by_topics_describe_and_cluster_describe(cluster: Cluster) -> None:
+    cli = Cli(cluster.bootstrap)
+    topic = _topic()
+    cluster.create_topic(topic, partitions=1, replication_factor=3, config={"min.insync.replicas": "3"})
+    assert cli.ok("topics", "describe", "--topic", topic, "--under-replicated-partitions") == ""
+    out = cli.ok("cluster", "describe")
+    assert f"Controller: {cluster.metadata().controller_id}" in out
+    assert all(f"Broker: {b}  Host: 127.0.0.1:" in out for b in (1, 2, 3, 4))
+    leader = cluster.leader(topic)
+    victim = next(b for b in _replicas(cluster, topic) if b != leader and b != cluster.metadata().controller_id)
+    cluster.brokers[victim].kill()
+    try:
+        wait_until(lambda: victim not in cluster.isr(topic), what="the dead follower out of the ISR")
+        for flag in ("--under-replicated-partitions", "--under-min-isr-partitions"):
+            out = cli.ok("topics", "describe", "--topic", topic, flag)
+            assert out.startswith(f"\tTopic: {topic}\tPartition: 0\tLeader: {leader}") and "PartitionCount" not in out
+        assert cli.ok("topics", "describe", "--topic", topic, "--unavailable-partitions") == ""
+        assert cli.ok("topics", "describe", "--topic", topic, "--at-min-isr-partitions") == ""
+        out = cli.ok("cluster", "describe")
+        assert f"Topic: {topic}\tPartition: 0" in out and "Status: under-min-isr,under-replicated" in out
+        assert f"Broker: {victim} " not in out
+    finally:
+        cluster.brokers[victim].start()
+        wait_until(lambda: len(cluster.isr(topic)) == 3, timeout_s=40, what="the follower back in the ISR")
+    assert cli.ok("topics", "describe", "--topic", topic, "--at-min-isr-partitions") != ""

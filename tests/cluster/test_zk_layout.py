@@ -222,8 +222,8 @@ def test_topic_without_id_decodes_with_zero_id() -> None:
 
 
 def test_topic_with_a_reassignment_golden_and_round_trip() -> None:
-    golden = (b'{"removing_replicas":{"0":[1]},"partitions":{"0":[3,2,1],"1":[2,3]},"topic_id":"ZOLr9CLNQjSW70hyIHx6BQ",'
-              b'"adding_replicas":{"0":[3]},"version":3}')
+    golden = (b'{"removing_replicas":{"0":[1]},"partitions":{"0":[3,2,1],"1":[2,3]},'
+              b'"topic_id":"ZOLr9CLNQjSW70hyIHx6BQ","adding_replicas":{"0":[3]},"version":3}')
     t = layout.decode_topic("t", golden, 4)
     assert (t.replicas, t.adding, t.removing, t.zk_version) == ({0: (3, 2, 1), 1: (2, 3)}, {0: (3,)}, {0: (1,)}, 4)
     assert layout.encode_topic(t) == golden
