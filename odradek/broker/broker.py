@@ -45,6 +45,7 @@ from odradek.protocol.errors import (
 )
 from odradek.replica.manager import ReplicaManager
 from odradek.replica.partition import Partition
+from odradek.replica.throttle import ReplicationThrottle
 from odradek.storage.config import LogConfig
 from odradek.storage.log import AppendInfo, Log
 from odradek.storage.manager import LogManager
@@ -81,6 +82,14 @@ class Broker:
         self.replicas = ReplicaManager(self.node_id, self.log_manager, clock=clock, replicated=self.replicated,
                                        notify=self.notify, replica_lag_time_max_ms=config.replica_lag_time_max_ms)
         self.replicas.on_leadership = self.on_leadership
+        window = {"windows": config.replication_quota_window_num,
+                  "window_ms": config.replication_quota_window_size_seconds * 1000}
+        self.leader_throttle = ReplicationThrottle(
+            self.node_id, lambda t: self._topic_override(t, "leader.replication.throttled.replicas"), clock,
+            rate=config.values["leader.replication.throttled.rate"], **window)
+        self.follower_throttle = ReplicationThrottle(
+            self.node_id, lambda t: self._topic_override(t, "follower.replication.throttled.replicas"), clock,
+            rate=config.values["follower.replication.throttled.rate"], **window)
         self.cluster: ClusterMember | None = None
         self.controller: Controller | None = None  # cluster mode: set by start_cluster, with the two below
         self.fetcher: ReplicaFetcher | None = None
@@ -153,7 +162,7 @@ class Broker:
             config=FetcherConfig(cfg.replica_fetch_max_bytes, cfg.replica_fetch_response_max_bytes,
                                  cfg.replica_fetch_wait_max_ms, cfg.replica_fetch_min_bytes,
                                  cfg.replica_fetch_backoff_ms, cfg.replica_socket_timeout_ms),
-            broker_epoch=lambda: member.broker_epoch, topic_id=member.topic_id)
+            broker_epoch=lambda: member.broker_epoch, topic_id=member.topic_id, throttle=self.follower_throttle)
         self.replicas.on_followers_changed = fetcher.replan
         self.replicas.is_shutting_down = lambda b: (reg := member.brokers.get(b)) is not None and reg.shutting_down
         cluster_id = await member.start(cfg.cluster_id)
@@ -261,6 +270,10 @@ class Broker:
         except (TypeError, ValueError) as e:
             raise InvalidConfigError(str(e)) from None
 
+    def _topic_override(self, topic: str, key: str) -> str:
+        known = self.topics.get(topic) if self.topics is not None else None
+        return known.configs.get(key, "") if known is not None else ""
+
     def log_config_for(self, topic: str) -> LogConfig:
         known = self.topics.get(topic) if self.topics is not None else None
         return self.topic_log_config(known.configs if known is not None else {})
@@ -329,6 +342,9 @@ class Broker:
             return
         per_topic = {name: self.topic_log_config(t.configs, defaults) for name, t in self.registry.topics.items()}
         self._apply_log_defaults(defaults, per_topic)
+        values = self.broker_values()
+        self.leader_throttle.set_rate(int(values["leader.replication.throttled.rate"]))  # type: ignore[call-overload]
+        self.follower_throttle.set_rate(int(values["follower.replication.throttled.rate"]))  # type: ignore[call-overload]
         log.info("applied the dynamic broker configs from ZooKeeper")
 
     def _apply_log_defaults(self, defaults: LogConfig, per_topic: dict[str, LogConfig]) -> None:

@@ -31,7 +31,7 @@ from odradek.cluster.model import Endpoint
 from odradek.coordinator.group.config import GroupConfig
 from odradek.coordinator.txn.config import TxnConfig
 from odradek.protocol.errors import ErrorCode, InvalidConfigError, KafkaError
-from odradek.storage.config import HOURS, MINUTES, TOPIC_TO_BROKER_KEY, LogConfig, MiB
+from odradek.storage.config import HOURS, LONG_MAX, MINUTES, TOPIC_TO_BROKER_KEY, LogConfig, MiB
 
 
 class ConfigError(InvalidConfigError):
@@ -106,6 +106,12 @@ KEYS: dict[str, Key] = {
         _k("replica.fetch.wait.max.ms", int, 500, "longest a follower's fetch waits on the leader for data"),
         _k("replica.fetch.min.bytes", int, 1, "bytes a follower's fetch waits for"),
         _k("replica.fetch.backoff.ms", int, 1_000, "pause after a follower's fetch failed"),
+        _k("leader.replication.throttled.rate", int, LONG_MAX,
+           "bytes/s a leader sends to throttled replicas outside the ISR (dynamic)"),
+        _k("follower.replication.throttled.rate", int, LONG_MAX,
+           "bytes/s a follower fetches for throttled replicas outside the ISR (dynamic)"),
+        _k("replication.quota.window.num", int, 11, "samples of the replication throttles' rates"),
+        _k("replication.quota.window.size.seconds", int, 1, "length of each replication throttle sample"),
         _k("num.replica.fetchers", int, 1, "fetcher connections per source broker"),
         _k("replica.high.watermark.checkpoint.interval.ms", int, 5_000,
            "how often high watermarks are written to disk"),
@@ -377,6 +383,8 @@ class BrokerConfig:
         self.replica_fetch_wait_max_ms: int = values["replica.fetch.wait.max.ms"]
         self.replica_fetch_min_bytes: int = values["replica.fetch.min.bytes"]
         self.replica_fetch_backoff_ms: int = values["replica.fetch.backoff.ms"]
+        self.replication_quota_window_num: int = values["replication.quota.window.num"]
+        self.replication_quota_window_size_seconds: int = values["replication.quota.window.size.seconds"]
         self.num_replica_fetchers: int = values["num.replica.fetchers"]
         self.high_watermark_checkpoint_interval_ms: int = values["replica.high.watermark.checkpoint.interval.ms"]
         self.replica_socket_timeout_ms: int = values["replica.socket.timeout.ms"]
@@ -393,6 +401,8 @@ class BrokerConfig:
                              ("group.max.size", 1), ("offsets.topic.num.partitions", 1),
                              ("leader.imbalance.per.broker.percentage", 0),
                              ("leader.imbalance.check.interval.seconds", 1),
+                             ("leader.replication.throttled.rate", 1), ("follower.replication.throttled.rate", 1),
+                             ("replication.quota.window.num", 2), ("replication.quota.window.size.seconds", 1),
                              ("offsets.topic.segment.bytes", 1024), ("offsets.retention.minutes", 1),
                              ("offsets.retention.check.interval.ms", 1), ("offset.metadata.max.bytes", 0),
                              ("producer.id.expiration.ms", 1), ("producer.id.expiration.check.interval.ms", 1),
@@ -513,9 +523,10 @@ class BrokerConfig:
 
 
 # Broker keys that may be changed at runtime (IncrementalAlterConfigs/AlterConfigs on a BROKER resource):
-# the ones that set topic defaults, as in Kafka's DynamicLogConfig.
+# the ones that set topic defaults, as in Kafka's DynamicLogConfig, and the replication throttle rates.
 DYNAMIC_KEYS: frozenset[str] = frozenset(
-    {*TOPIC_TO_BROKER_KEY.values(), "log.retention.minutes", "log.retention.hours", "log.roll.hours"}
+    {*TOPIC_TO_BROKER_KEY.values(), "log.retention.minutes", "log.retention.hours", "log.roll.hours",
+     "leader.replication.throttled.rate", "follower.replication.throttled.rate"}
 )
 
 

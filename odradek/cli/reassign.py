@@ -39,6 +39,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 from kafka import TopicPartition
 
 from odradek.cli import _client, _kafka_python
@@ -73,11 +74,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--broker-list", metavar="IDS", help="--generate: the brokers to place the replicas on, e.g. 1,2,3")
     p.add_argument("--reassignment-json-file", type=Path, metavar="FILE",
                    help="--execute/--verify/--cancel: the reassignment, as --generate proposes it")
+    p.add_argument("--throttle", type=_client.positive_int, metavar="BYTES_PER_S",
+                   help="--execute: cap the moving replicas' replication at this rate (leader and follower "
+                        "side); --verify removes the throttle once the reassignment is complete")
+    p.add_argument("--preserve-throttles", action="store_true",
+                   help="--verify: keep the throttles after completion")
     _client.add_common_options(p)
     p.set_defaults(func=lambda args: _client.run_verb("reassign-partitions", run, args))
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.throttle is not None and not args.execute:
+        raise CliError("--throttle is for --execute", exit_code=2)
+    if args.preserve_throttles and not args.verify:
+        raise CliError("--preserve-throttles is for --verify", exit_code=2)
     if args.generate and (args.topics_to_move_json_file is None or not args.broker_list):
         raise CliError("--generate needs --topics-to-move-json-file and --broker-list", exit_code=2)
     if (args.execute or args.verify or args.cancel) and args.reassignment_json_file is None:
@@ -91,9 +101,15 @@ def run(args: argparse.Namespace) -> int:
         if args.generate:
             return generate(admin, topics, brokers)
         if args.execute:
-            return execute(admin, plan)
+            current = current_assignment(admin, sorted({t for t, _ in plan}))
+            if args.throttle is not None:
+                set_throttles(args, plan, current, args.throttle)
+            return execute(admin, plan, current)
         if args.verify:
-            return verify(admin, plan)
+            done = verify(admin, plan)
+            if done == 0 and not args.preserve_throttles:
+                clear_throttles(args, plan)
+            return done
         if args.cancel:
             return cancel(admin, plan)
         return list_running(admin)
@@ -219,8 +235,7 @@ def _failures(results: Mapping[Any, Any]) -> list[str]:
             for tp, err in sorted(results.items(), key=lambda kv: (kv[0].topic, kv[0].partition)) if err is not None]
 
 
-def execute(admin: Admin, plan: Plan) -> int:
-    current = current_assignment(admin, sorted({t for t, _ in plan}))
+def execute(admin: Admin, plan: Plan, current: Plan) -> int:
     missing = [f"{t}-{p}" for t, p in plan if (t, p) not in current]
     if missing:
         raise CliError(f"unknown partitions: {', '.join(missing)}", "`odradek topics describe` shows the partitions")
@@ -288,3 +303,69 @@ def list_running(admin: Admin) -> int:
 
 def _ids(ids: list[int]) -> str:
     return ",".join(str(i) for i in ids)
+
+
+# -- throttles (Kafka's --throttle): broker rates and topic replica lists, cleared by --verify ------------------
+
+_RATES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
+_LEADER_LIST = "leader.replication.throttled.replicas"
+_FOLLOWER_LIST = "follower.replication.throttled.replicas"
+
+
+def throttle_lists(plan: Plan, current: Plan) -> dict[str, dict[str, str]]:
+    """topic -> {leader list, follower list}: the leader side names each moving partition's current replicas
+    (they send), the follower side the replicas it adds (they fetch), as Kafka's tool writes them."""
+    out: dict[str, dict[str, str]] = {}
+    for (t, p), target in sorted(plan.items()):
+        existing = current.get((t, p), [])
+        if target == existing:
+            continue
+        lists = out.setdefault(t, {_LEADER_LIST: "", _FOLLOWER_LIST: ""})
+        lead = [f"{p}:{b}" for b in existing]
+        follow = [f"{p}:{b}" for b in target if b not in existing]
+        lists[_LEADER_LIST] = ",".join(x for x in (lists[_LEADER_LIST], *lead) if x)
+        lists[_FOLLOWER_LIST] = ",".join(x for x in (lists[_FOLLOWER_LIST], *follow) if x)
+    return out
+
+
+def _alter(args: argparse.Namespace, resources: list[ConfigResource], what: str) -> None:
+    """IncrementalAlterConfigs: one call per broker resource (librdkafka sends each to that broker and allows one
+    per call), the topics in one."""
+    if not resources:
+        return
+    admin = _client.make_client(AdminClient, _client.base_config(args))
+    brokers = [r for r in resources if r.restype_int == ConfigResource.Type.BROKER.value]
+    topics = [r for r in resources if r not in brokers]
+    for batch in [[r] for r in brokers] + ([topics] if topics else []):
+        futures = admin.incremental_alter_configs(batch, request_timeout=_client.timeout_s(args))
+        for res, fut in futures.items():
+            _client.wait(fut, args, f"{what} ({res.name})")
+
+
+def set_throttles(args: argparse.Namespace, plan: Plan, current: Plan, rate: int) -> None:
+    brokers = sorted({b for tp, r in plan.items() for b in (*r, *current.get(tp, []))})
+    resources = [ConfigResource("broker", str(b), incremental_configs=[
+        ConfigEntry(k, str(rate), incremental_operation=AlterConfigOpType.SET) for k in _RATES]) for b in brokers]
+    resources += [ConfigResource("topic", t, incremental_configs=[
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in lists.items() if v])
+        for t, lists in throttle_lists(plan, current).items()]
+    _alter(args, resources, "set the replication throttle")
+    print("Warning: You must run --verify periodically, until the reassignment completes, to ensure the throttle "
+          "is removed.")
+    print(f"The inter-broker throttle limit was set to {rate} B/s")
+
+
+def clear_throttles(args: argparse.Namespace, plan: Plan) -> None:
+    admin = _client.make_client(AdminClient, _client.base_config(args))
+    md = _client.check_reachable(admin, args)
+    brokers = sorted(md.brokers)
+    topics = sorted({t for t, _ in plan})
+    resources = [ConfigResource("broker", str(b), incremental_configs=[
+        ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE) for k in _RATES]) for b in brokers]
+    resources += [ConfigResource("topic", t, incremental_configs=[
+        ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE) for k in (_LEADER_LIST, _FOLLOWER_LIST)])
+        for t in topics]
+    _alter(args, resources, "clear the replication throttle")
+    print(f"Clearing broker-level throttles on brokers {','.join(map(str, brokers))}")
+    for t in topics:
+        print(f"Clearing topic-level throttles on topic {t}")

@@ -14,6 +14,9 @@ for data, and for each partition in the answer:
 - NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH, UNKNOWN_TOPIC...: this partition waits
   ``replica.fetch.backoff.ms``; the partition state from ZooKeeper will say who leads now.
 
+Replication throttles (``replica/throttle.py``): a partition whose replica here is throttled on the follower
+side and outside the ISR is left out of the fetch while ``follower.replication.throttled.rate`` is used up.
+
 A connection error backs the whole task off. Appends run on the event loop in slices the size of one fetch
 (``replica.fetch.max.bytes`` per partition, ``replica.fetch.response.max.bytes`` per response).
 
@@ -36,6 +39,7 @@ from odradek.protocol.errors import ErrorCode, KafkaError
 from odradek.replica.isr import truncation_offset
 from odradek.replica.manager import ReplicaManager
 from odradek.replica.partition import Partition, Role
+from odradek.replica.throttle import ReplicationThrottle
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +58,10 @@ class FetcherConfig:
 
 class ReplicaFetcher:
     def __init__(self, replicas: ReplicaManager, pool: Any, *, config: FetcherConfig,
-                 broker_epoch: Callable[[], int], topic_id: Callable[[str], uuid.UUID | None]) -> None:
+                 broker_epoch: Callable[[], int], topic_id: Callable[[str], uuid.UUID | None],
+                 throttle: ReplicationThrottle | None = None) -> None:
         self.replicas = replicas
+        self.throttle = throttle
         self.pool = pool
         self.config = config
         self.broker_epoch = broker_epoch
@@ -95,8 +101,10 @@ class ReplicaFetcher:
 
     def _partitions_of(self, leader: int) -> list[Partition]:
         now = time.monotonic()
+        local, th = self.replicas.local_id, self.throttle
         return [p for p in self.replicas.followed().values()
-                if p.leader_id == leader and self._backoff_until.get((p.topic, p.index), 0) <= now]
+                if p.leader_id == leader and self._backoff_until.get((p.topic, p.index), 0) <= now
+                and (th is None or not th.holds_back(p.topic, p.index, local in p.isr))]
 
     async def _run(self, leader: int) -> None:
         cfg = self.config
@@ -193,6 +201,10 @@ class ReplicaFetcher:
                 part.truncate_to(target, f"diverges from the leader's log at epoch {div.epoch}, "
                                          f"which ends at {div.end_offset} there")
                 return
+            th = self.throttle
+            if (th is not None and pd.records is not None and self.replicas.local_id not in part.isr
+                    and th.is_throttled(part.topic, part.index)):
+                th.record(len(pd.records))
             try:
                 if part.append_as_follower(pd.records, pd.high_watermark, pd.log_start_offset):
                     self.replicas.notify(part.topic, part.index)

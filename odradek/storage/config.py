@@ -7,12 +7,14 @@ Invariants:
   its default, exactly as Kafka names them.
 - Field types are int, str or bool; booleans are written ``true``/``false`` (as Kafka writes them) by
   ``to_properties`` and read back case-insensitively by ``with_overrides``.
-- ``min.insync.replicas`` and ``unclean.leader.election.enable`` are replication settings kept here so a
-  topic can override them like any other key; the storage layer itself never reads them.
+- ``min.insync.replicas``, ``unclean.leader.election.enable`` and ``*.replication.throttled.replicas`` are
+  replication settings kept here so a topic can override them like any other key; the storage layer itself
+  never reads them. The throttled-replica lists have no broker default (as in Kafka).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -29,6 +31,7 @@ DAYS = 24 * HOURS
 LONG_MAX = 2**63 - 1
 
 CREATE_TIME = "CreateTime"
+_THROTTLED_REPLICAS = re.compile(r"\*|(\d+:\d+(,\d+:\d+)*,?)?")  # replication throttles (replica/throttle.py)
 LOG_APPEND_TIME = "LogAppendTime"
 
 
@@ -52,6 +55,8 @@ class LogConfig:
     cleanup_policy: str = "delete"
     min_insync_replicas: int = 1
     unclean_leader_election_enable: bool = False
+    leader_replication_throttled_replicas: str = ""
+    follower_replication_throttled_replicas: str = ""
 
     def __post_init__(self) -> None:
         _at_least("segment.bytes", self.segment_bytes, 14)
@@ -72,6 +77,11 @@ class LogConfig:
                 f"unclean.leader.election.enable={self.unclean_leader_election_enable!r} is invalid: "
                 "use true or false"
             )
+        for key, value in (("leader.replication.throttled.replicas", self.leader_replication_throttled_replicas),
+                           ("follower.replication.throttled.replicas", self.follower_replication_throttled_replicas)):
+            if not _THROTTLED_REPLICAS.fullmatch(value.replace(" ", "")):
+                raise InvalidConfigError(f"{key}={value!r} is invalid: use * or a list of partition:broker pairs, "
+                                         "e.g. 0:101,0:102,1:101")
         if self.message_timestamp_type not in (CREATE_TIME, LOG_APPEND_TIME):
             raise InvalidConfigError(
                 f"message.timestamp.type={self.message_timestamp_type!r} is invalid: "

@@ -29,6 +29,7 @@ from odradek.protocol import fetch_response as fr
 from odradek.protocol.entities import millis
 from odradek.protocol.errors import ErrorCode, KafkaError, NotLeaderOrFollowerError
 from odradek.replica.partition import Partition
+from odradek.replica.throttle import ReplicationThrottle
 
 _ZERO_UUID = uuid.UUID(int=0)
 
@@ -98,7 +99,7 @@ async def handle(ctx: RequestContext, request: Any, replica_id: int, broker_epoc
     max_bytes = min(request.max_bytes, b.config.fetch_max_bytes) if request.max_bytes > 0 else 0
     deadline = time.monotonic() + millis(request.max_wait) / 1000
     while True:
-        total = _read(wants, max_bytes)
+        total = _read(wants, max_bytes, replica_id, b.leader_throttle)
         remaining_ms = (deadline - time.monotonic()) * 1000
         if total >= request.min_bytes or immediate or remaining_ms <= 0 or not wants or b.shutting_down:
             break
@@ -136,7 +137,7 @@ def _fill(pd: fr.PartitionData, part: Partition) -> None:
     pd.log_start_offset = lg.log_start_offset
 
 
-def _read(wants: list[_Want], max_bytes: int) -> int:
+def _read(wants: list[_Want], max_bytes: int, replica_id: int, throttle: ReplicationThrottle) -> int:
     total = 0
     remaining = max_bytes
     for w in wants:
@@ -144,6 +145,10 @@ def _read(wants: list[_Want], max_bytes: int) -> int:
         assert part is not None
         pd = w.data
         _fill(pd, part)
+        in_sync = replica_id in part.isr
+        if throttle.holds_back(w.topic, w.partition, in_sync):  # leader.replication.throttled.rate used up
+            pd.records = None
+            continue
         limit = min(w.max_bytes, remaining)
         if limit <= 0 and total:
             pd.records = None
@@ -157,4 +162,6 @@ def _read(wants: list[_Want], max_bytes: int) -> int:
         if pd.records is not None:
             total += region.length  # type: ignore[union-attr]
             remaining -= region.length  # type: ignore[union-attr]
+            if not in_sync and throttle.is_throttled(w.topic, w.partition):
+                throttle.record(region.length)  # type: ignore[union-attr]
     return total

@@ -192,7 +192,11 @@ class Controller:
         leaving = {b for b, reg in m.brokers.items() if reg.shutting_down}
         staying = live - leaving
         for broker in staying:
-            back = elect_for_returning_broker({**states, **changes}, assignments, staying, broker, epoch,
+            # only partitions without a live leader: one led by a broker in controlled shutdown keeps it until
+            # step 4 can move it (electing among the staying brokers would take it offline, and the next
+            # reconcile would give it back: a flapping leader epoch)
+            leaderless = {tp: s for tp, s in {**states, **changes}.items() if s.leader not in live}
+            back = elect_for_returning_broker(leaderless, assignments, staying, broker, epoch,
                                               unclean=self._unclean)
             changes.update(back.changed)
         # 4. controlled shutdowns

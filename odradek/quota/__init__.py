@@ -1,0 +1,1 @@
+"""Rates and the limits built on them (replication throttles now; client quotas later)."""
