@@ -64,6 +64,9 @@ def _k(name: str, parse: Callable[[str], Any], default: Any, doc: str, ignored: 
     return Key(name, parse, default, doc, ignored)
 
 
+RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+REPLICA_SELECTORS = frozenset({RACK_AWARE_SELECTOR, "org.apache.kafka.common.replica.LeaderSelector"})
+
 # Kafka's default: every security protocol is also a listener name of itself.
 DEFAULT_SECURITY_PROTOCOL_MAP = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
 SECURITY_PROTOCOLS = frozenset({"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"})
@@ -77,6 +80,9 @@ KEYS: dict[str, Key] = {
         _k("node.id", int, 1, "id of this broker"),
         _k("broker.id", int, None, "alias of node.id"),
         _k("broker.rack", str, None, "rack of this broker (replicas of a partition are spread over racks)"),
+        _k("replica.selector.class", str, None,
+           "which replica consumers fetch from (KIP-392): unset = the leader; "
+           "org.apache.kafka.common.replica.RackAwareReplicaSelector = an in-sync replica in the client's rack"),
         _k("listeners", str, "PLAINTEXT://127.0.0.1:9092", "addresses to listen on"),
         _k("advertised.listeners", str, None, "addresses given to clients (default: listeners)"),
         _k("inter.broker.listener.name", str, None,
@@ -353,6 +359,11 @@ class BrokerConfig:
             connection_timeout if connection_timeout is not None else self.zk_session_timeout_ms
         )
         self.zk_max_in_flight_requests: int = values["zookeeper.max.in.flight.requests"]
+        selector = values["replica.selector.class"]
+        if selector and selector not in REPLICA_SELECTORS:
+            raise ConfigError(f"replica.selector.class={selector!r} is not supported: use one of "
+                              f"{', '.join(sorted(REPLICA_SELECTORS))} or leave it unset")
+        self.rack_aware_fetch: bool = selector == RACK_AWARE_SELECTOR
         rack = values["broker.rack"]
         self.rack: str | None = rack if rack else None
         dirs = values["log.dirs"] or values["log.dir"]

@@ -46,6 +46,7 @@ class PartitionData:
     records: Any = None  # a Region, bytes, or None for an empty record set
     diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset)
     current_leader: tuple[int, int] | None = None  # (leader id, leader epoch)
+    preferred_read_replica: int = -1  # KIP-392: fetch from this replica instead (v11+)
 
 
 @dataclass(slots=True)
@@ -103,7 +104,7 @@ def encode(
                     if flexible:
                         out.append(0)
             if version >= 11:
-                out += _I32.pack(-1)  # preferred_read_replica: none
+                out += _I32.pack(p.preferred_read_replica)
             records = p.records
             if records is None:
                 size = 0

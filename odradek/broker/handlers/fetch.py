@@ -8,8 +8,12 @@ fewer than ``min_bytes`` are available the request waits up to ``max_wait_ms`` f
 of its partitions (a transaction marker notifies too, so a read_committed fetch wakes when the last
 stable offset moves), re-reading until enough is visible or the time is up.
 
-Only a partition's leader serves consumers (NOT_LEADER_OR_FOLLOWER otherwise, with the current leader as
-KIP-951 suggests), after checking ``current_leader_epoch`` (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH).
+A partition's leader serves consumers, after checking ``current_leader_epoch`` (FENCED_LEADER_EPOCH /
+UNKNOWN_LEADER_EPOCH). Fetching from the closest replica (KIP-392): from v11 a follower serves consumers too,
+up to its own high watermark; with ``replica.selector.class`` = Kafka's RackAwareReplicaSelector, a leader
+asked by a client whose ``rack_id`` is not its own rack names an in-sync follower of that rack as
+``preferred_read_replica`` (and returns no records), as Kafka's leader does. Any other broker answers
+NOT_LEADER_OR_FOLLOWER, with the current leader as KIP-951 suggests.
 Fetches from follower replicas (``replica_state``/``replica_id``) go to ``replica_fetch.py``.
 
 Every partition reports its real last stable offset, whatever the isolation level (as Kafka does).
@@ -32,6 +36,7 @@ from odradek.broker.handlers import replica_fetch
 from odradek.protocol import fetch_response as fr
 from odradek.protocol.entities import millis
 from odradek.protocol.errors import ErrorCode, KafkaError, OffsetOutOfRangeError
+from odradek.replica.partition import Partition, Role
 
 READ_COMMITTED = 1
 _ZERO_UUID = uuid.UUID(int=0)
@@ -98,15 +103,16 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse:
     max_wait = millis(request.max_wait)
     min_bytes = request.min_bytes
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+    client = _Client(v >= 11, getattr(request, "rack_id", "") or "" if b.config.rack_aware_fetch else "")
     deadline = time.monotonic() + max_wait / 1000
     while True:
-        topics, total, errors = _read(ctx, wants, max_bytes, read_committed)
+        topics, total, errors = _read(ctx, wants, max_bytes, read_committed, client)
         remaining_ms = (deadline - time.monotonic()) * 1000
         if total >= min_bytes or errors or remaining_ms <= 0 or not wants or b.shutting_down:
             break
         await b.wait_for_data([(w.topic, w.partition) for w in wants], int(remaining_ms) + 1)
         if time.monotonic() >= deadline:
-            topics, total, errors = _read(ctx, wants, max_bytes, read_committed)
+            topics, total, errors = _read(ctx, wants, max_bytes, read_committed, client)
             break
 
     if session is not None:
@@ -152,10 +158,39 @@ def _want(ctx: RequestContext, name: str, topic_id: uuid.UUID, partition: int, s
     return _Want(name, topic_id, partition, state, error)
 
 
-def _read(
-    ctx: RequestContext, wants: list[_Want], max_bytes: int, read_committed: bool
-) -> tuple[list[fr.TopicData], int, int]:
+@dataclass(frozen=True, slots=True)
+class _Client:
+    follower_reads: bool  # Fetch v11+ carries client metadata: followers may serve it (KIP-392)
+    rack: str  # the client's rack when the broker selects replicas by rack, else ""
+
+
+def _serving_partition(ctx: RequestContext, w: _Want, client: _Client) -> Partition:
+    """The partition replica that serves this read: the leader, or (v11+) a follower; else the leader lookup's
+    NOT_LEADER_OR_FOLLOWER. The client's leader epoch is checked either way."""
+    part = ctx.broker.replicas.get(w.topic, w.partition)
+    if part is None or not (part.is_leader or (client.follower_reads and part.role is Role.FOLLOWER)):
+        part = ctx.broker.replicas.leader_partition(w.topic, w.partition)
+    part.check_epoch(w.state.current_leader_epoch)
+    return part
+
+
+def _preferred_replica(ctx: RequestContext, part: Partition, rack: str) -> int | None:
+    """Kafka's RackAwareReplicaSelector: an in-sync follower in the client's rack when this leader is not in it
+    (the first in assignment order); None to serve it here."""
     b = ctx.broker
+    cluster = b.cluster
+    if cluster is None or b.config.rack == rack:
+        return None
+    for r in part.replicas:
+        reg = cluster.brokers.get(r)
+        if r != b.node_id and r in part.isr and reg is not None and reg.rack == rack:
+            return r
+    return None
+
+
+def _read(
+    ctx: RequestContext, wants: list[_Want], max_bytes: int, read_committed: bool, client: _Client
+) -> tuple[list[fr.TopicData], int, int]:
     by_topic: dict[str, fr.TopicData] = {}
     remaining = max_bytes
     min_one = True
@@ -172,8 +207,7 @@ def _read(
             errors += 1
             continue
         try:
-            part = b.replicas.leader_partition(w.topic, w.partition)
-            part.check_epoch(w.state.current_leader_epoch)
+            part = _serving_partition(ctx, w, client)
         except KafkaError as e:
             pd.error_code = e.code
             if e.code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH):
@@ -188,6 +222,11 @@ def _read(
         pd.last_stable_offset = last_stable
         pd.log_start_offset = lg.log_start_offset
         pd.aborted_transactions = [] if read_committed else None
+        if client.rack and part.is_leader:
+            preferred = _preferred_replica(ctx, part, client.rack)
+            if preferred is not None:
+                pd.preferred_read_replica = preferred  # the client fetches from there; no records from here
+                continue
         if w.state.fetch_offset > visible_end and w.state.fetch_offset <= lg.next_offset:
             continue  # above what this isolation level may see but inside the log: nothing visible yet
         limit = min(w.state.max_bytes, remaining)
