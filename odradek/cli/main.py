@@ -13,6 +13,7 @@ from odradek.cli import (
     dump_log,
     groups,
     leader_election,
+    log_dirs,
     produce,
     reassign,
     serve,
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.add_parser(sub)
     reassign.add_parser(sub)
     leader_election.add_parser(sub)
+    log_dirs.add_parser(sub)
     return parser
 
 

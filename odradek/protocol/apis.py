@@ -60,6 +60,7 @@ ALTER_CONFIGS = 33
 CREATE_PARTITIONS = 37
 DELETE_GROUPS = 42
 INCREMENTAL_ALTER_CONFIGS = 44
+DESCRIBE_LOG_DIRS = 35
 ELECT_LEADERS = 43
 ALTER_PARTITION_REASSIGNMENTS = 45
 LIST_PARTITION_REASSIGNMENTS = 46
@@ -100,6 +101,7 @@ SUPPORTED: dict[int, ApiRange] = _table(
     (DELETE_GROUPS, "DeleteGroups", 0, 2),
     (OFFSET_DELETE, "OffsetDelete", 0, 0),
     (INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigs", 0, 1),
+    (DESCRIBE_LOG_DIRS, "DescribeLogDirs", 1, 4),
     (ELECT_LEADERS, "ElectLeaders", 0, 2),
     (ALTER_PARTITION_REASSIGNMENTS, "AlterPartitionReassignments", 0, 1),
     (LIST_PARTITION_REASSIGNMENTS, "ListPartitionReassignments", 0, 0),

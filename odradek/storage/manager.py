@@ -216,6 +216,10 @@ class LogManager:
             self._dir_of[tp] = d
             return created
 
+    def dir_of(self, topic: str, partition: int) -> Path | None:
+        """The log directory holding the partition's log, None if there is none here."""
+        return self._dir_of.get((topic, partition))
+
     def get_or_create_log(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
         with self._lock:
             return self.get_log(topic, partition) or self.create_log(topic, partition, config)

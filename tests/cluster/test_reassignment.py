@@ -396,3 +396,26 @@ def test_the_last_replica_in_controlled_shutdown_keeps_its_leadership_until_it_s
                what="the partition back")
     # ISR shrink, offline when a stopped, a leading again: a handful of epochs, not hundreds
     assert epoch() - before <= 5, f"the leader epoch moved from {before} to {epoch()}"
+
+
+def test_log_dirs_list_each_brokers_partitions(cluster: Cluster, admin: Any) -> None:
+    topic = _topic()
+    cluster.create_topic(topic, partitions=1, replication_factor=2)
+    replicas = _replicas(cluster, topic)
+    _produce(cluster, topic, [b"d" * 100] * 50)
+    wait_until(lambda: len(cluster.isr(topic)) == 2, what="both replicas in sync")
+    described = admin.describe_log_dirs(topic_partitions={topic: [0]})
+    sizes = {b["broker"]: [p["partition_size"] for d in b["log_dirs"] for t in d["topics"] for p in t["partitions"]]
+             for b in described}
+    assert sorted(sizes) == [1, 2, 3, 4]
+    for b, found in sizes.items():
+        assert (len(found) == 1 and found[0] > 5000) if b in replicas else found == [], (b, found)
+    out = Cli(cluster.bootstrap).ok("log-dirs", "--describe", "--topic-list", topic, "--broker-list",
+                                    ",".join(map(str, replicas)))
+    head, received, body = out.splitlines()
+    assert head == "Querying brokers for log directories information"
+    assert received == f"Received log directory information from brokers {','.join(map(str, sorted(replicas)))}"
+    doc = json.loads(body)
+    assert doc["version"] == 1 and [b["broker"] for b in doc["brokers"]] == sorted(replicas)
+    (d,) = doc["brokers"][0]["logDirs"]
+    assert d["error"] is None and d["totalBytes"] > 0 and d["partitions"][0]["partition"] == f"{topic}-0"
