@@ -574,3 +574,53 @@ def test_an_unreachable_zookeeper_at_start_exits_with_a_clear_message(tmp_path: 
     assert not opened, "the client port was opened"
     assert "Traceback" not in output, output
     assert re.search(rf"cannot start: .*ZooKeeper at 127\.0\.0\.1:{closed}", output), output
+
+
+# -- 9. a rolling restart --------------------------------------------------------------------------------------
+
+
+def test_a_rolling_restart_loses_nothing_and_clients_see_only_retriable_errors(cluster: Cluster) -> None:
+    """Every broker in turn stopped with SIGTERM (controlled shutdown) and started again once it has exited,
+    while an idempotent acks=all producer and a group consumer run: nothing acknowledged is lost or
+    duplicated, no delivery fails, and the consumer sees no fatal error."""
+    topic = _topic()
+    cluster.create_topic(topic, partitions=3, config=MIN_ISR)
+    consumer_errors: list[Any] = []
+    read: list[bytes] = []
+    stop = threading.Event()
+
+    def consume() -> None:
+        c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"roll-{topic}",
+                      "auto.offset.reset": "earliest", "enable.auto.commit": True})
+        try:
+            c.subscribe([topic])
+            deadline = time.monotonic() + 200
+            while not stop.is_set() and time.monotonic() < deadline:
+                m = c.poll(0.2)
+                if m is None:
+                    continue
+                if m.error() is not None:
+                    consumer_errors.append(m.error())
+                else:
+                    read.append(m.value())
+        finally:
+            c.close()
+
+    reader = threading.Thread(target=consume, name=f"consume-{topic}", daemon=True)
+    reader.start()
+    try:
+        with Load(cluster, topic) as load:
+            for b in cluster.each():
+                load.wait_for_progress()
+                assert b.stop() == 0, f"broker {b.broker_id} exited uncleanly:\n{b.log()[-2000:]}"
+                load.wait_for_progress()  # the cluster keeps acknowledging without it
+                b.start()
+                _full_isr(cluster, topic, partitions=3)
+            load.wait_for_progress()
+            acked = load.finish()
+    finally:
+        stop.set()
+        reader.join(timeout=30)
+    assert not [e for e in consumer_errors if e.fatal()], consumer_errors[:3]
+    _check_exactly_once(cluster, topic, acked, partitions=3)
+    assert len(acked) >= 4 * 300
