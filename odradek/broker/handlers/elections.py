@@ -1,6 +1,7 @@
 """ElectLeaders (v0-2): preferred or unclean leader election on request, as Kafka's controller does it.
 
-Admin clients send it to the controller; another broker (or a single node) answers ``NOT_CONTROLLER``. v0 has
+Admin clients send it to the controller; another broker answers ``NOT_CONTROLLER``. A single node is its own
+controller and every partition's only replica: ``ELECTION_NOT_NEEDED`` for each partition it has. v0 has
 no election type and means PREFERRED. ``topic_partitions`` null means every partition. Per partition, as
 Kafka: ``ELECTION_NOT_NEEDED`` (preferred: already led by its preferred replica; unclean: it has a live
 leader), ``PREFERRED_LEADER_NOT_AVAILABLE`` (the preferred replica is not live or not in the ISR),
@@ -30,6 +31,14 @@ async def handle_elect_leaders(ctx: RequestContext, request: Any) -> dict[str, A
     if election not in (PREFERRED, UNCLEAN):
         return _response(ErrorCode.INVALID_REQUEST, {tp: (ErrorCode.INVALID_REQUEST,
                          f"election type {election} is neither PREFERRED (0) nor UNCLEAN (1)") for tp in wanted or []})
+    if ctx.broker.cluster is None:
+        reg = ctx.broker.registry
+        every = [(t.name, p) for t in reg.topics.values() for p in range(t.partitions)]
+        return _response(ErrorCode.NONE, {
+            tp: ((ErrorCode.ELECTION_NOT_NEEDED, "a single node leads every partition")
+                 if (t := reg.get(tp[0])) is not None and 0 <= tp[1] < t.partitions
+                 else (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic-partition {tp[0]}-{tp[1]}"))
+            for tp in (every if wanted is None else wanted)})
     if controller is None or not controller.active:
         return _response(ErrorCode.NOT_CONTROLLER,
                          {tp: (ErrorCode.NOT_CONTROLLER, _NOT_CONTROLLER) for tp in wanted or []})

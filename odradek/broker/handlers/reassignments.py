@@ -6,11 +6,13 @@ happens as the controller's reconcile sees the new replicas catch up (``cluster/
 The response comes once the znodes are written, not when the reassignment is done: ``--verify`` and
 ListPartitionReassignments follow its progress, as with Kafka.
 
-Errors, as Kafka's: another broker (or a single node, which has no controller) answers ``NOT_CONTROLLER``
-at the top level; per partition, ``UNKNOWN_TOPIC_OR_PARTITION``, ``INVALID_REPLICA_ASSIGNMENT`` (empty, a
-broker twice, a broker that is not alive), ``INVALID_REPLICATION_FACTOR`` (v1 with
-``allow_replication_factor_change`` false and a target of another size) and ``NO_REASSIGNMENT_IN_PROGRESS``
-(a cancel of a partition that is not being reassigned).
+A single node is its own controller (Metadata names it) and every partition's only replica: the one
+reassignment it accepts is to itself (nothing to do), and none is ever running.
+
+Errors, as Kafka's: a broker that is not the controller answers ``NOT_CONTROLLER`` at the top level; per
+partition, ``UNKNOWN_TOPIC_OR_PARTITION``, ``INVALID_REPLICA_ASSIGNMENT`` (empty, a broker twice, a broker
+that is not alive), ``INVALID_REPLICATION_FACTOR`` (v1 with ``allow_replication_factor_change`` false and a
+target of another size) and ``NO_REASSIGNMENT_IN_PROGRESS`` (a cancel of a partition not being reassigned).
 """
 
 from __future__ import annotations
@@ -31,7 +33,32 @@ def _active_controller(ctx: RequestContext) -> Controller | None:
     return controller if controller is not None and controller.active else None
 
 
+def _single_node_outcome(ctx: RequestContext, topic: str, partition: int,
+                          replicas: tuple[int, ...] | None) -> str | None:
+    known = ctx.broker.registry.get(topic)
+    if known is None or not 0 <= partition < known.partitions:
+        return "UNKNOWN_TOPIC_OR_PARTITION"
+    if replicas is None:
+        return "NO_REASSIGNMENT_IN_PROGRESS"
+    if replicas != (ctx.broker.node_id,):
+        return (f"INVALID_REPLICA_ASSIGNMENT: brokers {sorted(set(replicas) - {ctx.broker.node_id}) or list(replicas)} "
+                f"are not alive (registered brokers: [{ctx.broker.node_id}])")
+    return None
+
+
 async def handle_alter_partition_reassignments(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    if ctx.broker.cluster is None:
+        responses = []
+        for t in request.topics:
+            parts = []
+            for p in t.partitions:
+                replicas = None if p.replicas is None else tuple(int(r) for r in p.replicas)
+                code, message = _outcome((t.name, p.partition_index),
+                                         _single_node_outcome(ctx, t.name, p.partition_index, replicas))
+                parts.append({"partition_index": p.partition_index, "error_code": code, "error_message": message})
+            responses.append({"name": t.name, "partitions": parts})
+        return {"throttle_time": 0, "allow_replication_factor_change": True, "error_code": ErrorCode.NONE,
+                "error_message": None, "responses": responses}
     controller = _active_controller(ctx)
     if controller is None:
         return {"throttle_time": 0, "allow_replication_factor_change": True, "error_code": ErrorCode.NOT_CONTROLLER,
@@ -88,6 +115,8 @@ def _outcome(tp: TopicPartition, outcome: str | None) -> tuple[ErrorCode, str | 
 
 
 async def handle_list_partition_reassignments(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    if ctx.broker.cluster is None:  # a single node never reassigns
+        return {"throttle_time": 0, "error_code": ErrorCode.NONE, "error_message": None, "topics": []}
     controller = _active_controller(ctx)
     if controller is None:
         return {"throttle_time": 0, "error_code": ErrorCode.NOT_CONTROLLER, "error_message": _NOT_CONTROLLER,
