@@ -19,8 +19,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
@@ -280,3 +281,16 @@ def human(n: int) -> str:
 def verdict(ratio: float, goal: float, higher_is_better: bool = True) -> str:
     ok = ratio >= goal if higher_is_better else ratio <= goal
     return "met" if ok else "NOT met"
+
+
+def guarded(phase: str, fn: Callable[[], Any], instead: Any,
+            on_failure: Callable[[str], None] | None = None) -> Any:
+    """Run a benchmark phase; an error is printed (the phase is reported as failed, ``on_failure`` gets a short
+    account of it) and the run goes on with ``instead``."""
+    try:
+        return fn()
+    except Exception as e:
+        print(f"#   {phase} FAILED: {type(e).__name__}: {str(e)[:3000]}", flush=True)
+        if on_failure is not None:
+            on_failure(f"{phase} failed: {type(e).__name__}: {str(e)[:600]}")
+        return instead

@@ -101,6 +101,7 @@ from bench._common import (
     CpuWatch,
     GiB,
     MiB,
+    guarded,
     machine_facts,
     median,
     percentile,
@@ -858,15 +859,6 @@ def _rate(runs: list[Run]) -> str:
 
 
 # -- main -------------------------------------------------------------------------------------------------------
-
-
-def guarded(phase: str, fn: Callable[[], Any], instead: Any) -> Any:
-    """Run a phase; an error is printed (the phase is reported as failed) and the run goes on."""
-    try:
-        return fn()
-    except Exception as e:
-        print(f"#   {phase} FAILED: {type(e).__name__}: {str(e)[:3000]}", flush=True)
-        return instead
 
 
 def main() -> None:

@@ -102,6 +102,7 @@ from bench._common import (
     settle,
     wait_for_idle,
 )
+from bench._common import guarded as _guarded
 from bench._kafka import PerfTool, build_rdkafka_performance, cpu_seconds, run_perf
 from bench.broker_throughput import (
     Latency,
@@ -785,13 +786,8 @@ def report(a: argparse.Namespace, moves: list[Move] | None, raw_sf: float, raw_t
 
 
 def guarded(phase: str, fn: Callable[[], Any], instead: Any) -> Any:
-    """Run a phase; an error is printed (the phase is reported as failed) and the run goes on."""
-    try:
-        return fn()
-    except Exception as e:
-        note(f"{phase} FAILED: {type(e).__name__}: {str(e)[:3000]}")
-        PROBLEMS.append(f"{phase} failed: {type(e).__name__}: {str(e)[:600]}")
-        return instead
+    """``bench._common.guarded``, with a failed phase listed among the run's problems."""
+    return _guarded(phase, fn, instead, PROBLEMS.append)
 
 
 def main() -> None:

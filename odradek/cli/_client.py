@@ -15,6 +15,7 @@ Invariants:
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -116,6 +117,16 @@ def read_properties(path: Path) -> dict[str, str]:
             raise CliError(f"{path}: line {raw!r} is not key=value", exit_code=2)
         props[line[:sep].strip()] = line[sep + 1:].strip()
     return props
+
+
+def read_json(path: Path, hint: str | None = None) -> Any:
+    """A JSON file a verb takes as input (a reassignment plan, a list of partitions): usage errors otherwise."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise CliError(f"cannot read {path}: {e.strerror or e}", exit_code=2) from None
+    except json.JSONDecodeError as e:
+        raise CliError(f"{path} is not JSON: {e}", hint, exit_code=2) from None
 
 
 # -- client configuration --------------------------------------------------------------------------

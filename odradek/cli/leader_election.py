@@ -23,7 +23,6 @@ tool); the exit code is 1 when any partition's election failed, 0 otherwise (2 f
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
@@ -58,12 +57,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def read_partitions(path: Path) -> list[TopicPartition]:
-    try:
-        obj = json.loads(path.read_text())
-    except OSError as e:
-        raise CliError(f"cannot read {path}: {e.strerror or e}", exit_code=2) from None
-    except json.JSONDecodeError as e:
-        raise CliError(f"{path} is not JSON: {e}", exit_code=2) from None
+    obj = _client.read_json(path)
     entries = obj.get("partitions") if isinstance(obj, dict) else None
     if not isinstance(entries, list) or not entries:
         raise CliError(f'{path}: expected {{"partitions":[{{"topic":"NAME","partition":N}}, ...]}}', exit_code=2)

@@ -121,13 +121,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _load(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except OSError as e:
-        raise CliError(f"cannot read {path}: {e.strerror or e}", exit_code=2) from None
-    except json.JSONDecodeError as e:
-        raise CliError(f"{path} is not JSON: {e}", "see `odradek reassign-partitions --help` for the format",
-                       exit_code=2) from None
+    return _client.read_json(path, "see `odradek reassign-partitions --help` for the format")
 
 
 def read_topics(path: Path) -> list[str]:
@@ -328,12 +322,9 @@ def throttle_lists(plan: Plan, current: Plan) -> dict[str, dict[str, str]]:
     return out
 
 
-def _alter(args: argparse.Namespace, resources: list[ConfigResource], what: str) -> None:
+def _alter(args: argparse.Namespace, admin: AdminClient, resources: list[ConfigResource], what: str) -> None:
     """IncrementalAlterConfigs: one call per broker resource (librdkafka sends each to that broker and allows one
     per call), the topics in one."""
-    if not resources:
-        return
-    admin = _client.make_client(AdminClient, _client.base_config(args))
     brokers = [r for r in resources if r.restype_int == ConfigResource.Type.BROKER.value]
     topics = [r for r in resources if r not in brokers]
     for batch in [[r] for r in brokers] + ([topics] if topics else []):
@@ -349,7 +340,8 @@ def set_throttles(args: argparse.Namespace, plan: Plan, current: Plan, rate: int
     resources += [ConfigResource("topic", t, incremental_configs=[
         ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in lists.items() if v])
         for t, lists in throttle_lists(plan, current).items()]
-    _alter(args, resources, "set the replication throttle")
+    _alter(args, _client.make_client(AdminClient, _client.base_config(args)), resources,
+           "set the replication throttle")
     print("Warning: You must run --verify periodically, until the reassignment completes, to ensure the throttle "
           "is removed.")
     print(f"The inter-broker throttle limit was set to {rate} B/s")
@@ -365,7 +357,7 @@ def clear_throttles(args: argparse.Namespace, plan: Plan) -> None:
     resources += [ConfigResource("topic", t, incremental_configs=[
         ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE) for k in (_LEADER_LIST, _FOLLOWER_LIST)])
         for t in topics]
-    _alter(args, resources, "clear the replication throttle")
+    _alter(args, admin, resources, "clear the replication throttle")
     print(f"Clearing broker-level throttles on brokers {','.join(map(str, brokers))}")
     for t in topics:
         print(f"Clearing topic-level throttles on topic {t}")

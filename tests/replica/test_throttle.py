@@ -4,15 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from odradek.clock import ManualClock
 from odradek.replica.throttle import UNLIMITED, ReplicationThrottle, parse_throttled_replicas
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 5_000_000
-
-    def milliseconds(self) -> int:
-        return self.now
 
 
 def test_throttled_replica_lists_parse_as_kafka_writes_them() -> None:
@@ -25,7 +18,7 @@ def test_throttled_replica_lists_parse_as_kafka_writes_them() -> None:
 
 
 def test_only_listed_replicas_outside_the_isr_wait_once_the_rate_is_used_up() -> None:
-    clock = Clock()
+    clock = ManualClock()
     specs = {"t": "0:7,1:8", "all": "*", "none": ""}
     th = ReplicationThrottle(7, lambda topic: specs[topic], clock, rate=1000, windows=11, window_ms=1000)
     assert th.is_throttled("t", 0) and not th.is_throttled("t", 1) and th.is_throttled("all", 5)
@@ -35,14 +28,14 @@ def test_only_listed_replicas_outside_the_isr_wait_once_the_rate_is_used_up() ->
     assert th.holds_back("t", 0, in_sync=False)
     assert not th.holds_back("t", 0, in_sync=True), "in-sync replicas are never throttled"
     assert not th.holds_back("t", 1, in_sync=False), "not listed"
-    clock.now += 12_000
+    clock.advance(12_000)
     assert not th.holds_back("t", 0, in_sync=False), "the window moved on"
     specs["t"] = "1:7"  # a changed spec is read again
     assert not th.is_throttled("t", 0) and th.is_throttled("t", 1)
 
 
 def test_an_unlimited_rate_never_throttles() -> None:
-    th = ReplicationThrottle(7, lambda topic: "*", Clock(), rate=UNLIMITED)
+    th = ReplicationThrottle(7, lambda topic: "*", ManualClock(), rate=UNLIMITED)
     th.record(10**12)
     assert not th.holds_back("t", 0, in_sync=False)
     th.set_rate(1)

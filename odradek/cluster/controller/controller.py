@@ -170,16 +170,15 @@ class Controller:
                 m.deletions.remove(name)
         if pending:
             return True  # the watches bring the new image; reconcile again then
-        assignments = {(t, p): replicas for t, a in m.assignments.items() for p, replicas in a.replicas.items()}
         # 2. new partitions
-        missing = {tp: r for tp, r in assignments.items() if tp not in m.states}
+        missing = {tp: r for tp, r in self._replica_lists().items() if tp not in m.states}
         if missing:
             fresh = elect_for_new_partitions(missing, live, epoch)
             created = await asyncio.to_thread(zk.create_partition_states, fresh, fence)
             for tp, state in created.items():
                 m._on_state(tp, state)
             log.info("created the state of %d new partitions", len(created))
-        states = {tp: s for tp, s in m.states.items() if tp in assignments}
+        states, assignments, _ = self._election_inputs()
         changes: dict[TopicPartition, LeaderAndIsr] = {}
         # 3. failures and returns
         failed = elect_after_broker_failure(states, assignments, live, epoch, unclean=self._unclean)
@@ -190,7 +189,7 @@ class Controller:
             if tp not in changes and states[tp].online:
                 log.warning("%s-%d goes offline: no replica of its ISR is alive", *tp)
         leaving = {b for b, reg in m.brokers.items() if reg.shutting_down}
-        staying = live - leaving
+        staying = live - leaving  # the brokers of this reconcile's start (``live``), not those registered since
         for broker in staying:
             # only partitions without a live leader: one led by a broker in controlled shutdown keeps it until
             # step 4 can move it (electing among the staying brokers would take it offline, and the next
@@ -248,10 +247,14 @@ class Controller:
 
     # -- leader elections (ElectLeaders, auto leader rebalance) ---------------------------------------------
 
+    def _replica_lists(self) -> dict[TopicPartition, tuple[int, ...]]:
+        return {(t, p): r for t, a in self.member.assignments.items() for p, r in a.replicas.items()}
+
     def _election_inputs(self) -> tuple[dict[TopicPartition, LeaderAndIsr], dict[TopicPartition, tuple[int, ...]],
                                         set[int]]:
+        """(states, replica lists, brokers that may lead: registered and not in controlled shutdown) of the image."""
         m = self.member
-        assignments = {(t, p): r for t, a in m.assignments.items() for p, r in a.replicas.items()}
+        assignments = self._replica_lists()
         states = {tp: s for tp, s in m.states.items() if tp in assignments}
         staying = {b for b, reg in m.brokers.items() if not reg.shutting_down}
         return states, assignments, staying
