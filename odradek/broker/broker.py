@@ -24,7 +24,8 @@ import asyncio
 import logging
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from odradek.broker.config import BrokerConfig, default_log_config, merge_dynamic
@@ -82,6 +83,11 @@ class Broker:
         self.replicas = ReplicaManager(self.node_id, self.log_manager, clock=clock, replicated=self.replicated,
                                        notify=self.notify, replica_lag_time_max_ms=config.replica_lag_time_max_ms)
         self.replicas.on_leadership = self.on_leadership
+        self.log_manager.on_dir_failure.append(self._dir_failed)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        # why the broker must stop (every log directory failed), and who stops it (``odradek serve``)
+        self.fatal: str | None = None
+        self.on_fatal: Callable[[str], None] | None = None
         window = {"windows": config.replication_quota_window_num,
                   "window_ms": config.replication_quota_window_size_seconds * 1000}
         self.leader_throttle = ReplicationThrottle(
@@ -107,6 +113,10 @@ class Broker:
     # -- lifecycle -------------------------------------------------------------------------------
 
     def start(self) -> None:
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
         self.log_manager.startup()  # locks the data directories before anything in them is read
         if self.replicated:
             self.started = True
@@ -180,6 +190,23 @@ class Broker:
                                 cfg.leader_imbalance_per_broker_percentage))
         self.controller.start()
 
+    def _dir_failed(self, directory: Path, partitions: list[tuple[str, int]], why: str) -> None:
+        """A log directory failed (told from whichever thread saw it): its partitions go offline on the loop."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._take_offline, partitions)
+
+    def _take_offline(self, partitions: list[tuple[str, int]]) -> None:
+        self.replicas.take_offline(partitions)
+        if self.cluster is not None:  # the controller moves their leaderships away and drops us from their ISRs
+            task = asyncio.get_running_loop().create_task(self.cluster.publish_registration())
+            task.add_done_callback(_report_publish)
+        if self.log_manager.all_offline and self.fatal is None:
+            self.fatal = f"every log directory failed ({'; '.join(map(str, self.log_manager.offline_dirs))})"
+            log.error("stopping: %s; repair the disks and restart the broker", self.fatal)
+            if self.on_fatal is not None:
+                self.on_fatal(self.fatal)
+
     def _drop_foreign_logs(self) -> None:
         """Logs on disk of partitions this broker is no longer a replica of (deleted while it was down)."""
         cluster = self.cluster
@@ -215,7 +242,7 @@ class Broker:
             return
         cluster.shutting_down = True
         try:
-            await asyncio.to_thread(cluster.zk.update_broker, cluster.registration())
+            await cluster.publish_registration()
         except Exception as e:
             log.warning("controlled shutdown: could not tell the controller (%s); stopping without it", e)
             return
@@ -594,3 +621,9 @@ class Broker:
                     s.discard(fut)
                     if not s:
                         self._waiters.pop(key, None)
+
+
+def _report_publish(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("could not publish this broker's offline replicas (the next registration will): %s",
+                    task.exception())

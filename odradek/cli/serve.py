@@ -122,8 +122,11 @@ async def _serve(config: BrokerConfig) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    server.broker.on_fatal = lambda _why: stop.set()  # every log directory failed: stop, exit code 1
+    if server.broker.fatal is not None:
+        stop.set()
     freeze_startup_objects()
     log.info("started (press Ctrl-C to stop)")
     await stop.wait()
     await server.stop()
-    return 0
+    return 1 if server.broker.fatal is not None else 0

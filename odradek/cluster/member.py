@@ -245,7 +245,24 @@ class ClusterMember:
 
     def registration(self) -> BrokerRegistration:
         cfg = self.config
-        return BrokerRegistration(self.broker_id, cfg.endpoints, cfg.rack, shutting_down=self.shutting_down)
+        return BrokerRegistration(self.broker_id, cfg.endpoints, cfg.rack, shutting_down=self.shutting_down,
+                                  offline_replicas=frozenset(self.replicas.log_manager.offline_partitions()))
+
+    async def publish_registration(self) -> None:
+        """Rewrite this broker's registration (a controlled shutdown, offline replicas); a lost session
+        re-registers with the current one anyway."""
+        zk = self.zk
+        if zk is None or not self.registered:
+            return
+        await asyncio.to_thread(zk.update_broker, self.registration())
+
+    def offline_replicas(self) -> dict[TopicPartition, frozenset[int]]:
+        """For each partition with a replica in a failed log directory: the brokers where it is offline."""
+        out: dict[TopicPartition, set[int]] = {}
+        for b, reg in self.brokers.items():
+            for tp in reg.offline_replicas:
+                out.setdefault(tp, set()).add(b)
+        return {tp: frozenset(bs) for tp, bs in out.items()}
 
     async def close(self) -> None:
         for t in list(self._tasks):

@@ -45,6 +45,9 @@ class BrokerRegistration:
     epoch: int = -1
     # Set by the broker itself when it asks the controller to move its leaderships away (controlled shutdown).
     shutting_down: bool = False
+    # Partitions whose log is in a failed log directory of this broker (Kafka's offline replicas): the
+    # controller treats the broker as dead for these partitions only.
+    offline_replicas: frozenset[TopicPartition] = frozenset()
 
     def endpoint(self, listener: str | None = None) -> Endpoint:
         """The endpoint of ``listener`` (the first one when None); KeyError if it has none by that name."""

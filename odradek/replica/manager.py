@@ -13,6 +13,9 @@ Invariants:
   effect only once written; one change per partition at a time.
 - ``notify(topic, partition)`` is called after every append and every high-watermark move, so waiting
   fetches re-read.
+- A partition whose log directory failed (``offline``) is neither led nor followed here until a restart:
+  clients get KAFKA_STORAGE_ERROR for it, acks=all waits on it end with that error, and states from
+  ZooKeeper do not bring it back (the controller treats this broker as dead for it).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from odradek.cluster.model import LeaderAndIsr, TopicPartition
 from odradek.protocol.errors import (
     ErrorCode,
     NotLeaderOrFollowerError,
+    StorageError,
     UnknownTopicError,
 )
 from odradek.replica.partition import Partition, Role
@@ -69,6 +73,9 @@ class ReplicaManager:
         """The partition if this broker leads it; ``UnknownTopicError`` or ``NotLeaderOrFollowerError`` otherwise."""
         part = self._partitions.get((topic, partition))
         if part is None:
+            if self.log_manager.is_offline(topic, partition):
+                raise StorageError(f"{topic}-{partition} is offline on broker {self.local_id}: its log directory "
+                                   "failed")
             if self.replicated:
                 raise NotLeaderOrFollowerError(
                     f"broker {self.local_id} does not host {topic}-{partition}: refresh metadata")
@@ -95,6 +102,10 @@ class ReplicaManager:
         """Apply a partition's state from ZooKeeper: lead, follow, or (not a replica any more) delete it."""
         tp = (topic, partition)
         part = self._partitions.get(tp)
+        if self.log_manager.is_offline(topic, partition):
+            if self.local_id not in replicas:
+                self.log_manager.forget_offline(topic, partition)
+            return
         if self.local_id not in replicas:  # a reassignment moved it away: its log goes, as Kafka's StopReplica
             if part is not None or self.log_manager.get_log(topic, partition) is not None:
                 self.remove(topic, partition, delete=True)
@@ -134,6 +145,21 @@ class ReplicaManager:
         if delete and self.log_manager.get_log(topic, partition) is not None:
             self.log_manager.delete_log(topic, partition)
         self.notify(topic, partition)
+
+    def take_offline(self, partitions: list[TopicPartition]) -> None:
+        """Their log directory failed: stop leading and following them; waiting acks=all requests get
+        KAFKA_STORAGE_ERROR."""
+        for tp in partitions:
+            part = self._partitions.pop(tp, None)
+            if part is None:
+                continue
+            was_leader = part.is_leader
+            part.fail_waiting(ErrorCode.KAFKA_STORAGE_ERROR)
+            part.make_none("its log directory failed")
+            if was_leader:
+                self._leadership(part, False)
+            self.notify(*tp)
+        self._followers_changed()
 
     def stop_all(self, reason: str) -> None:
         """This broker can lead or follow nothing (lost ZooKeeper session, shutdown)."""

@@ -12,6 +12,9 @@ fields are non-decreasing, timestamps strictly increasing.
 Invariants:
 - The file of the active segment is preallocated to ``segment.index.bytes`` (rounded down to whole
   entries); ``trim()`` shrinks it to the entries in use when the segment is rolled or closed.
+- That file is sparse: disk blocks are reserved (``posix_fallocate``) ``ALLOCATE_BYTES`` at a time *before*
+  entries are written into the mapping, so a full disk fails an append with ``StorageError`` (ENOSPC)
+  instead of killing the process with SIGBUS on a write to an unbacked page.
 - An index is a cache of the log: it may be deleted and rebuilt from the log at any time.
   ``sanity_check`` detects files that cannot be trusted (after which the owner rebuilds).
 - Lookups read the page cache through mmap; nothing is copied into Python memory.
@@ -26,6 +29,8 @@ import struct
 from pathlib import Path
 
 from odradek.protocol.errors import StorageError
+
+ALLOCATE_BYTES = 64 * 1024  # disk reserved per step for the entries of a writable index (a multiple of 4 KiB)
 
 
 class IndexCorruptError(Exception):
@@ -44,6 +49,8 @@ class _MmapIndex:
         self._entries = 0
         self._cached_last: tuple[int, int] = (0, 0)
         self._cached_last_n = 0  # number of entries _cached_last was read at (0: none)
+        self._backed = 0  # bytes of a writable file known to have disk blocks (see _reserve)
+        self._size = 0  # bytes mapped while writable
         self.writable = False
         existed = path.exists()
         size = path.stat().st_size if existed else 0
@@ -67,7 +74,23 @@ class _MmapIndex:
                 self._mm = mmap.mmap(f.fileno(), size)
         except OSError as e:
             raise StorageError(f"cannot open index {self.path}: {e}") from e
+        self._size = size
+        self._backed = self._entries * self.entry_size  # written entries have their blocks
         self.writable = True
+
+    def _reserve(self, end: int) -> None:
+        """Reserve disk blocks up to at least byte ``end`` (up to the next ``ALLOCATE_BYTES`` step)."""
+        start = self._backed - self._backed % 4096
+        stop = min(max(end, start + ALLOCATE_BYTES), self._size)
+        try:
+            fd = os.open(self.path, os.O_RDWR)
+            try:
+                os.posix_fallocate(fd, start, stop - start)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            raise StorageError(f"cannot extend index {self.path}: {e}") from e
+        self._backed = stop
 
     def _map(self) -> mmap.mmap | None:
         if self._mm is None and self._entries:
@@ -153,7 +176,10 @@ class _MmapIndex:
             raise StorageError(f"index {self.path} is closed for appends")
         if self._entries >= self.max_entries:
             raise StorageError(f"index {self.path} is full ({self._entries} entries)")
-        self.ENTRY.pack_into(self._mm, self._entries * self.entry_size, a, b)  # type: ignore[arg-type]
+        at = self._entries * self.entry_size
+        if at + self.entry_size > self._backed:
+            self._reserve(at + self.entry_size)
+        self.ENTRY.pack_into(self._mm, at, a, b)  # type: ignore[arg-type]
         self._entries += 1
         self._cached_last, self._cached_last_n = (a, b), self._entries
 
@@ -173,6 +199,10 @@ class _MmapIndex:
             else:
                 hi = mid - 1
         return lo
+
+    def truncate_entries(self, keep: int) -> None:
+        """Keep only the first ``keep`` entries (an append taken back)."""
+        self._truncate_entries(keep)
 
     def _truncate_entries(self, keep: int) -> None:
         self._entries = keep

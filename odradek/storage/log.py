@@ -11,6 +11,9 @@ Invariants:
 - Appends validate every batch before writing any byte; a refused append or a failed write leaves
   the log exactly as it was (offsets included).
 - Writers (append, roll, retention, truncation) serialize on ``_lock``; reads take no lock.
+- An I/O failure of a writer (a ``StorageError`` caused by an ``OSError``: EIO, ENOSPC...) is reported to
+  ``on_io_error`` before it is raised: the log manager takes the whole log directory offline, as Kafka's
+  ``LogDirFailureChannel`` does (``manager.py``).
 
 Transactions (with a ``ProducerStateManager``; see producer_state.py and txn_index.py):
 - ``last_stable_offset`` = the first offset of the earliest transaction still ongoing (or completed
@@ -28,13 +31,14 @@ Transactions (with a ``ProducerStateManager``; see producer_state.py and txn_ind
 from __future__ import annotations
 
 import bisect
+import functools
 import logging
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Concatenate, NamedTuple, ParamSpec, TypeVar
 
 from odradek.clock import SYSTEM_CLOCK, Clock
 from odradek.protocol import batch as rb
@@ -76,6 +80,30 @@ log = logging.getLogger(__name__)
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 _MAX_IOVEC = 1024  # IOV_MAX on Linux: buffers one pwritev call accepts
 _HEADER_SCAN_BYTES = 1 << 20  # chunk read while rebuilding producer state
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def is_io_error(e: BaseException) -> bool:
+    """Whether ``e`` is a failure of the disk (not of the request): an ``OSError``, or a ``StorageError``
+    raised because of one."""
+    return isinstance(e, OSError) or (isinstance(e, StorageError) and isinstance(e.__cause__, OSError))
+
+
+def _reports_io_errors(method: Callable[Concatenate[Log, _P], _R]) -> Callable[Concatenate[Log, _P], _R]:
+    """Tell ``Log.on_io_error`` about a disk failure of ``method`` before raising it."""
+
+    @functools.wraps(method)
+    def guarded(self: Log, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(self, *args, **kwargs)
+        except (StorageError, OSError) as e:
+            if self.on_io_error is not None and is_io_error(e):
+                self.on_io_error(e)
+            raise
+
+    return guarded
 
 
 class AppendInfo(NamedTuple):
@@ -160,6 +188,8 @@ class Log:
         self.last_flush_ms = clock.milliseconds()
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self.closed = False
+        # called (from whichever thread saw it) with a disk failure before it is raised
+        self.on_io_error: Callable[[BaseException], None] | None = None
 
     # -- opening and recovery ----------------------------------------------------------------------
 
@@ -381,6 +411,7 @@ class Log:
         return self._append(batch, [rb.parse_header(batch)], [TxnMarker(commit, coordinator_epoch)], leader_epoch,
                             True)
 
+    @_reports_io_errors
     def _append(
         self,
         records: bytes | bytearray | memoryview,
@@ -531,6 +562,7 @@ class Log:
             return self.roll()
         return active
 
+    @_reports_io_errors
     def roll(self) -> LogSegment:
         """Start a new active segment at the log end (no-op if the active one is empty)."""
         with self._lock:
@@ -710,6 +742,7 @@ class Log:
 
     # -- flushing --------------------------------------------------------------------------------
 
+    @_reports_io_errors
     def flush(self, upto: int | None = None) -> None:
         """fsync every segment holding offsets in [recovery_point, upto) (default: the log end)."""
         with self._lock:
@@ -739,6 +772,7 @@ class Log:
 
     # -- retention -------------------------------------------------------------------------------
 
+    @_reports_io_errors
     def delete_retained_segments(self, *, only_below_log_start: bool = False) -> int:
         """Delete whole segments, oldest first, that are past ``retention.ms``/``retention.bytes`` or
         wholly below the log start offset. As in Kafka, never the active segment and never one holding
@@ -779,6 +813,7 @@ class Log:
         self.purge_deleted()
         return doomed
 
+    @_reports_io_errors
     def purge_deleted(self, *, force: bool = False) -> None:
         """Unlink deleted segments whose ``file.delete.delay.ms`` has passed."""
         with self._lock:
@@ -791,6 +826,7 @@ class Log:
                     keep.append((deadline, seg))
             self._pending_deletes = keep
 
+    @_reports_io_errors
     def delete_records_before(self, offset: int) -> int:
         """DeleteRecords: advance the log start offset to ``offset`` (<= high watermark)."""
         with self._lock:
@@ -809,6 +845,7 @@ class Log:
 
     # -- truncation (followers) ------------------------------------------------------------------
 
+    @_reports_io_errors
     def truncate_to(self, offset: int) -> bool:
         """Remove every batch at or after ``offset``; True if anything was removed."""
         with self._lock:
@@ -834,6 +871,7 @@ class Log:
             self._after_truncation()
             return True
 
+    @_reports_io_errors
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every segment and restart the log empty at ``offset``."""
         with self._lock:

@@ -250,7 +250,8 @@ class LogSegment:
         """Write whole batches (offsets already assigned) and index them. ``data`` is one buffer, or
         several written in order with one pwritev (headers patched apart from their bodies).
 
-        On an I/O error the file is cut back to its previous size and ``StorageError`` is raised.
+        On an I/O error (of the log file or an index) the file and the indexes are cut back to their previous
+        size and ``StorageError`` is raised.
         """
         start = self.size
         try:
@@ -267,15 +268,28 @@ class LogSegment:
                 while written < total:
                     written += os.pwrite(self.fd, view[written:], start + written)
         except OSError as e:
-            try:
-                os.ftruncate(self.fd, start)
-            except OSError:
-                pass
+            self._cut_back(start)
             raise StorageError(f"write to {self.log_path} failed: {e}") from e
+        before = (self.rolling_timestamp, self.max_timestamp, self.offset_of_max_timestamp,
+                  self.bytes_since_last_index_entry, self.index.entries, self.time_index.entries)
         if not start and headers:
             self.rolling_timestamp = headers[0].max_timestamp
-        self._index_headers(headers, start)
+        try:
+            self._index_headers(headers, start)
+        except StorageError:  # an index could not grow (a full disk): the batches are taken back too
+            self._cut_back(start)
+            (self.rolling_timestamp, self.max_timestamp, self.offset_of_max_timestamp,
+             self.bytes_since_last_index_entry, index_entries, time_entries) = before
+            self.index.truncate_entries(index_entries)
+            self.time_index.truncate_entries(time_entries)
+            raise
         self.size = start + total
+
+    def _cut_back(self, size: int) -> None:
+        try:
+            os.ftruncate(self.fd, size)
+        except OSError:
+            pass
 
     def needs_roll(self, incoming_bytes: int, now_ms: int, max_timestamp: int | None = None) -> bool:
         """As Kafka's shouldRoll: segment.ms is measured from the first batch's timestamp to the

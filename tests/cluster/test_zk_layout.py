@@ -111,6 +111,15 @@ def replace_epoch(reg: BrokerRegistration, epoch: int) -> BrokerRegistration:
     return BrokerRegistration(reg.broker_id, reg.endpoints, reg.rack, epoch, reg.shutting_down)
 
 
+def test_broker_offline_replicas_are_listed_by_topic_only_while_there_are_any() -> None:
+    reg = BrokerRegistration(1, (Endpoint("PLAINTEXT", "h", 1),), offline_replicas=frozenset({("b", 2), ("a", 0),
+                                                                                              ("b", 0)}))
+    data = layout.encode_broker(reg, NOW_MS)
+    assert data.endswith(b'"odradek.shutting_down":false,"odradek.offline_replicas":{"a":[0],"b":[0,2]}}')
+    assert layout.decode_broker(1, data) == reg
+    assert b"offline" not in layout.encode_broker(BrokerRegistration(1, reg.endpoints), NOW_MS)
+
+
 def test_broker_without_plaintext_and_ipv6() -> None:
     reg = BrokerRegistration(1, (Endpoint("SSL", "::1", 9093, "SSL"),))
     data = layout.encode_broker(reg, NOW_MS)
@@ -149,6 +158,9 @@ def test_broker_older_versions_decode() -> None:
         (b'{"version":true,"endpoints":["PLAINTEXT://h:1"]}', "'version' must be an integer"),
         (b'{"version":5,"endpoints":["PLAINTEXT://h:1"],"rack":3}', "'rack' must be a string or null"),
         (b'{"version":5,"endpoints":["PLAINTEXT://h:1"],"odradek.shutting_down":"yes"}', "must be true or false"),
+        (b'{"version":5,"endpoints":["PLAINTEXT://h:1"],"odradek.offline_replicas":[1]}', "must map topic names"),
+        (b'{"version":5,"endpoints":["PLAINTEXT://h:1"],"odradek.offline_replicas":{"t":["0"]}}',
+         "must be a list of integers"),
     ],
 )
 def test_broker_errors_name_path_and_problem(data: bytes, problem: str) -> None:
@@ -347,11 +359,13 @@ endpoints = st.builds(
     rack=st.none() | names,
     shutting_down=st.booleans(),
     epoch=st.integers(0, 2**62),
+    offline=st.frozensets(st.tuples(names, st.integers(0, 1000)), max_size=4),
 )
 def test_broker_round_trip(
-    broker_id: int, eps: list[Endpoint], rack: str | None, shutting_down: bool, epoch: int
+    broker_id: int, eps: list[Endpoint], rack: str | None, shutting_down: bool, epoch: int,
+    offline: frozenset[tuple[str, int]],
 ) -> None:
-    reg = BrokerRegistration(broker_id, tuple(eps), rack, epoch, shutting_down)
+    reg = BrokerRegistration(broker_id, tuple(eps), rack, epoch, shutting_down, offline)
     assert layout.decode_broker(broker_id, layout.encode_broker(reg, NOW_MS), epoch=epoch) == reg
 
 

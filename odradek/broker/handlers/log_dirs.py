@@ -3,12 +3,14 @@ lag = how far the log end is behind the high watermark), and from v4 the file sy
 as Kafka's broker answers it (``kafka-log-dirs.sh``, ``odradek log-dirs``).
 
 ``topics`` null asks for every partition; otherwise only those listed (unknown ones are left out, as Kafka
-does). Sizes come from the segments' known sizes and one ``statvfs`` per directory: no scan of the files.
+does); a failed directory (``log_manager.offline_dirs``) is listed with KAFKA_STORAGE_ERROR and no partitions,
+as Kafka does. Sizes come from the segments' known sizes and one ``statvfs`` per directory: no scan of the files.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 from odradek.broker.context import RequestContext
@@ -30,6 +32,10 @@ async def handle_describe_log_dirs(ctx: RequestContext, request: Any) -> dict[st
             "offset_lag": max(0, lg.high_watermark - lg.next_offset), "is_future_key": False})
     results = []
     for d, topics in by_dir.items():
+        if Path(d) in lm.offline_dirs:  # a failed directory: Kafka reports it with no partitions
+            results.append({"error_code": ErrorCode.KAFKA_STORAGE_ERROR, "log_dir": d, "total_bytes": -1,
+                            "usable_bytes": -1, "topics": []})
+            continue
         try:
             st = os.statvfs(d)
             total, usable = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize

@@ -36,9 +36,10 @@ def _local_partition(ctx: RequestContext, name: str, p: int) -> dict[str, Any]:
     """A single node's partition: led here, one replica."""
     b = ctx.broker
     part = b.replicas.get(name, p)
-    return {"error_code": ErrorCode.NONE, "partition_index": p, "leader_id": b.node_id,
-            "leader_epoch": part.leader_epoch if part is not None else 0,
-            "replica_nodes": [b.node_id], "isr_nodes": [b.node_id], "offline_replicas": []}
+    offline = b.log_manager.is_offline(name, p)  # its log directory failed
+    return {"error_code": ErrorCode.KAFKA_STORAGE_ERROR if offline else ErrorCode.NONE, "partition_index": p,
+            "leader_id": -1 if offline else b.node_id, "leader_epoch": part.leader_epoch if part is not None else 0,
+            "replica_nodes": [b.node_id], "isr_nodes": [b.node_id], "offline_replicas": [b.node_id] if offline else []}
 
 
 def _cluster_partition(ctx: RequestContext, name: str, p: int) -> dict[str, Any]:
@@ -49,7 +50,8 @@ def _cluster_partition(ctx: RequestContext, name: str, p: int) -> dict[str, Any]
     state = cluster.states.get((name, p))
     live = cluster.brokers
     entry = {"error_code": ErrorCode.NONE, "partition_index": p, "leader_id": -1, "leader_epoch": -1,
-             "replica_nodes": replicas, "isr_nodes": [], "offline_replicas": [r for r in replicas if r not in live]}
+             "replica_nodes": replicas, "isr_nodes": [],
+             "offline_replicas": [r for r in replicas if r not in live or (name, p) in live[r].offline_replicas]}
     if state is None or not state.online or state.leader not in live:
         entry["error_code"] = ErrorCode.LEADER_NOT_AVAILABLE
         if state is not None:

@@ -12,7 +12,9 @@ brings ZooKeeper to what the rules say for the current image:
 1. topics marked for deletion lose their znodes (brokers delete the logs when the topic disappears);
 2. partitions without a state get their first one (leader = first live replica, ISR = live replicas);
 3. partitions led by a dead broker get a new leader from their ISR (or go offline; an unclean election only
-   where ``unclean.leader.election.enable``); dead brokers leave every ISR that keeps another member;
+   where ``unclean.leader.election.enable``); dead brokers leave every ISR that keeps another member. A
+   broker whose registration lists a partition among its offline replicas (failed log directory) is dead
+   for that partition only;
 4. partitions led by a broker shutting down (controlled shutdown) move to another ISR member;
 5. reassignments whose target replicas are all in the ISR complete (``reassignment.py``): first the state
    (ISR and leader within the target), then, once the state is written, the assignment.
@@ -180,30 +182,13 @@ class Controller:
             log.info("created the state of %d new partitions", len(created))
         states, assignments, _ = self._election_inputs()
         changes: dict[TopicPartition, LeaderAndIsr] = {}
-        # 3. failures and returns
-        failed = elect_after_broker_failure(states, assignments, live, epoch, unclean=self._unclean)
-        changes.update(failed.changed)
-        for tp in failed.unclean:
-            log.warning("%s-%d: unclean leader election: records the old ISR had may be lost", *tp)
-        for tp in failed.offline:
-            if tp not in changes and states[tp].online:
-                log.warning("%s-%d goes offline: no replica of its ISR is alive", *tp)
         leaving = {b for b, reg in m.brokers.items() if reg.shutting_down}
-        staying = live - leaving  # the brokers of this reconcile's start (``live``), not those registered since
-        for broker in staying:
-            # only partitions without a live leader: one led by a broker in controlled shutdown keeps it until
-            # step 4 can move it (electing among the staying brokers would take it offline, and the next
-            # reconcile would give it back: a flapping leader epoch)
-            leaderless = {tp: s for tp, s in {**states, **changes}.items() if s.leader not in live}
-            back = elect_for_returning_broker(leaderless, assignments, staying, broker, epoch,
-                                              unclean=self._unclean)
-            changes.update(back.changed)
-        # 4. controlled shutdowns
-        for broker in sorted(leaving):
-            moved = elect_for_controlled_shutdown({**states, **changes}, assignments, live, broker, epoch,
-                                                  also_shutting_down=leaving - {broker})
-            changes.update(moved.changed)
+        # 3 and 4, for each set of partitions alike in which brokers hold them in a failed log directory (a
+        # broker is dead for the partitions offline there, alive for the others)
+        for group, offline_on in _by_offline_replicas(states, m.offline_replicas()):
+            changes.update(self._failures_and_shutdowns(group, assignments, live - offline_on, leaving, epoch))
         # 5. reassignments ready to complete
+        staying = live - leaving
         finished: dict[str, dict[int, tuple[int, ...]]] = {}
         for name, a in m.assignments.items():
             for p in sorted({*a.adding, *a.removing}):
@@ -235,6 +220,33 @@ class Controller:
                 for p, r in parts.items():
                     log.info("%s-%d: reassignment complete, replicas %s", name, p, list(r))
         return ok
+
+    def _failures_and_shutdowns(self, states: Mapping[TopicPartition, LeaderAndIsr],
+                                assignments: Mapping[TopicPartition, tuple[int, ...]], live: set[int],
+                                leaving: set[int], epoch: int) -> dict[TopicPartition, LeaderAndIsr]:
+        """Steps 3 (failures and returns) and 4 (controlled shutdowns) of a reconcile for ``states``."""
+        changes: dict[TopicPartition, LeaderAndIsr] = {}
+        failed = elect_after_broker_failure(states, assignments, live, epoch, unclean=self._unclean)
+        changes.update(failed.changed)
+        for tp in failed.unclean:
+            log.warning("%s-%d: unclean leader election: records the old ISR had may be lost", *tp)
+        for tp in failed.offline:
+            if tp not in changes and states[tp].online:
+                log.warning("%s-%d goes offline: no replica of its ISR is alive", *tp)
+        staying = live - leaving  # the brokers of this reconcile's start (``live``), not those registered since
+        for broker in staying:
+            # only partitions without a live leader: one led by a broker in controlled shutdown keeps it until
+            # step 4 can move it (electing among the staying brokers would take it offline, and the next
+            # reconcile would give it back: a flapping leader epoch)
+            leaderless = {tp: s for tp, s in {**states, **changes}.items() if s.leader not in live}
+            back = elect_for_returning_broker(leaderless, assignments, staying, broker, epoch,
+                                              unclean=self._unclean)
+            changes.update(back.changed)
+        for broker in sorted(leaving & live):
+            moved = elect_for_controlled_shutdown({**states, **changes}, assignments, live, broker, epoch,
+                                                  also_shutting_down=leaving - {broker})
+            changes.update(moved.changed)
+        return changes
 
     async def _write_assignments(self, assignments: list[TopicAssignment], fence: ControllerFence) -> bool:
         m = self.member
@@ -277,11 +289,17 @@ class Controller:
             else:
                 out[tp] = "UNKNOWN_TOPIC_OR_PARTITION"
         epoch = fence.controller_epoch
+        elect = elect_unclean_leaders if unclean else elect_preferred_leaders
+        result = ElectionResult()
+        for group, offline_on in _by_offline_replicas({tp: states[tp] for tp in known},
+                                                      self.member.offline_replicas()):
+            part = elect(states, assignments, staying - offline_on, epoch, list(group))
+            result.changed.update(part.changed)
+            result.offline += part.offline
+            result.remaining += part.remaining
         if unclean:
-            result = elect_unclean_leaders(states, assignments, staying, epoch, known)
             failed = {tp: "ELIGIBLE_LEADERS_NOT_AVAILABLE: no live replica can lead it" for tp in result.offline}
         else:
-            result = elect_preferred_leaders(states, assignments, staying, epoch, known)
             failed = {tp: f"PREFERRED_LEADER_NOT_AVAILABLE: the preferred replica {assignments[tp][0]} is not live "
                           "or not in the ISR" for tp in result.remaining}
         for tp in known:
@@ -314,7 +332,9 @@ class Controller:
                 continue
             try:
                 states, assignments, staying = self._election_inputs()
-                moving = imbalanced_partitions(states, assignments, staying, settings.percentage)
+                offline = self.member.offline_replicas()
+                moving = [tp for tp in imbalanced_partitions(states, assignments, staying, settings.percentage)
+                          if assignments[tp][0] not in offline.get(tp, ())]
                 if moving:
                     log.info("leader imbalance above %d%%: electing the preferred leaders of %d partitions",
                              settings.percentage, len(moving))
@@ -391,6 +411,19 @@ class Controller:
                 if wanted is None or (name, p) in wanted:
                     out[(name, p)] = reassignment_of(a, p)
         return out
+
+
+def _by_offline_replicas(states: Mapping[TopicPartition, LeaderAndIsr],
+                         offline: Mapping[TopicPartition, frozenset[int]],
+                         ) -> list[tuple[dict[TopicPartition, LeaderAndIsr], frozenset[int]]]:
+    """``states`` split by the brokers holding each partition in a failed log directory: (partitions, those
+    brokers) per distinct set; one group (with no broker) when no directory failed anywhere."""
+    if not offline:
+        return [(dict(states), frozenset())]
+    groups: dict[frozenset[int], dict[TopicPartition, LeaderAndIsr]] = {}
+    for tp, state in states.items():
+        groups.setdefault(offline.get(tp, frozenset()), {})[tp] = state
+    return [(group, brokers) for brokers, group in groups.items()]
 
 
 def _invalid_target(target: Sequence[int], live: set[int]) -> str | None:

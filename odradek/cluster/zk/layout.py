@@ -10,9 +10,11 @@ reads what Kafka wrote:
   ``version`` of ``/cluster/id``);
 - topic ids as Kafka's ``Uuid.toString``: URL-safe base64 of the 16 bytes without padding (22 characters).
 
-Odradek adds one field, ``"odradek.shutting_down"``, to a broker's registration (its controlled-shutdown
-request); Kafka's readers ignore unknown fields. Decoders accept older versions Kafka still reads:
-broker registrations 1..5, topics without ``topic_id`` (versions 1 and 2; the id decodes as Kafka's
+Odradek adds two fields to a broker's registration: ``"odradek.shutting_down"`` (its controlled-shutdown
+request) and, only while it has any, ``"odradek.offline_replicas"`` (``{"topic": [partitions]}`` whose log
+directory failed there; Kafka tells its controller through ``/log_dir_event_notification`` and
+LeaderAndIsr responses instead); Kafka's readers ignore unknown fields. Decoders accept older versions
+Kafka still reads: broker registrations 1..5, topics without ``topic_id`` (versions 1 and 2; the id decodes as Kafka's
 zero Uuid, ``ZERO_TOPIC_ID``, meaning "none yet"), controller registration version 1.
 
 Every decoder raises ``ZkDataError`` naming the znode and what is wrong with it; none returns partial data.
@@ -93,6 +95,7 @@ BROKER_REGISTRATION_VERSION = 5
 TOPIC_VERSION = 3
 CONTROLLER_VERSION = 2
 SHUTTING_DOWN_KEY = "odradek.shutting_down"
+OFFLINE_REPLICAS_KEY = "odradek.offline_replicas"
 # Listener names that are also security protocol names need no entry in listener_security_protocol_map.
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
@@ -269,6 +272,11 @@ def encode_broker(reg: BrokerRegistration, now_ms: int, *, jmx_port: int = -1) -
     if reg.rack is not None:
         obj["rack"] = reg.rack
     obj[SHUTTING_DOWN_KEY] = reg.shutting_down
+    if reg.offline_replicas:
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in sorted(reg.offline_replicas):
+            by_topic.setdefault(topic, []).append(partition)
+        obj[OFFLINE_REPLICAS_KEY] = by_topic
     return _dump(obj)
 
 
@@ -297,7 +305,12 @@ def decode_broker(broker_id: int, data: bytes | None, *, epoch: int = -1) -> Bro
     shutting_down = obj.get(SHUTTING_DOWN_KEY, False)
     if not isinstance(shutting_down, bool):
         raise ZkDataError(path, f"field {SHUTTING_DOWN_KEY!r} must be true or false, got {shutting_down!r}", data)
-    return BrokerRegistration(broker_id, endpoints, rack, epoch, shutting_down)
+    offline = obj.get(OFFLINE_REPLICAS_KEY, {})
+    if not isinstance(offline, dict):
+        raise ZkDataError(path, f"field {OFFLINE_REPLICAS_KEY!r} must map topic names to partition lists", data)
+    offline_replicas = frozenset((str(topic), p) for topic, ps in offline.items()
+                                 for p in _int_list(path, ps, f"{OFFLINE_REPLICAS_KEY}.{topic}", data))
+    return BrokerRegistration(broker_id, endpoints, rack, epoch, shutting_down, offline_replicas)
 
 
 # -- /controller and /controller_epoch -----------------------------------------------------------------------
