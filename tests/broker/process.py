@@ -54,8 +54,9 @@ class BrokerProcess:
         assert self.proc is None or self.proc.poll() is not None, "already running"
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
-        cmd = [sys.executable, "-m", "odradek.cli.main", "serve", "--host", "127.0.0.1", "--port", str(self.port),
-               "--data-dir", str(self.data_dir)]
+        cmd = [sys.executable, "-m", "odradek.cli.main", "serve", "--host", "127.0.0.1", "--port", str(self.port)]
+        if not any(item.startswith("log.dirs=") for item in self.overrides):  # else the override names them all
+            cmd += ["--data-dir", str(self.data_dir)]
         for item in self.overrides:
             cmd += ["--override", item]
         env = dict(os.environ)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+import subprocess
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from odradek.clock import ManualClock
@@ -83,3 +85,20 @@ def snapshot(directory: Path) -> dict[str, bytes]:
 
 def open_log(path: Path, config: LogConfig | None = None, clock: ManualClock | None = None, **kwargs: object) -> Log:
     return Log.open(path, config or small_config(), clock=clock or ManualClock(T0), **kwargs)  # type: ignore[arg-type]
+
+
+@contextlib.contextmanager
+def tmpfs(mount: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` (mount's ``size=``) at ``mount``: a small disk to fill for real. Needs root, as the
+    README's test command runs; fails (never skips) otherwise."""
+    mount.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)], check=True, timeout=10)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False, timeout=10)
+
+
+def grow_tmpfs(mount: Path, size: str) -> None:
+    """The disk "repaired": the tmpfs at ``mount`` resized, its files kept."""
+    subprocess.run(["mount", "-o", f"remount,size={size}", str(mount)], check=True, timeout=10)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import errno
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from odradek.clock import ManualClock
 from odradek.protocol.errors import StorageError
 from odradek.storage.log import Log
 from odradek.storage.manager import CLEAN_SHUTDOWN_FILE, LogManager
-from tests.storage.helpers import T0, all_records, batch, small_config
+from tests.storage.helpers import T0, all_records, batch, grow_tmpfs, small_config, tmpfs
 
 FILL_ATTEMPTS = 2000  # appends of ~100 bytes: far more than a 64 KiB tmpfs holds
 
@@ -32,18 +31,12 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 def tiny_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 64 KiB tmpfs (needs root, as the README's test command runs; fails otherwise)."""
-    mount = tmp_path / "tiny"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], check=True, timeout=10)
-    try:
+    with tmpfs(tmp_path / "tiny", "64k") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False, timeout=10)
 
 
-def grow(mount: Path, size: str = "8m") -> None:
-    subprocess.run(["mount", "-o", f"remount,size={size}", str(mount)], check=True, timeout=10)
+def grow(mount: Path) -> None:
+    grow_tmpfs(mount, "8m")
 
 
 def manager(dirs: list[Path], clock: ManualClock) -> LogManager:
