@@ -1,6 +1,7 @@
 """A real ``odradek serve`` process for tests: free port, tmp data dir, bounded start and stop.
 
-Every wait here is bounded; the broker only ever listens on 127.0.0.1. Its stderr (the broker's
+Every wait here is bounded; the broker listens on 127.0.0.1 (or on the address of the network namespace it
+is started in). Its stderr (the broker's
 log) goes to a file so tests can assert on what it logged.
 """
 
@@ -12,7 +13,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -29,10 +30,17 @@ def free_port() -> int:
 class BrokerProcess:
     """One broker subprocess. ``start()`` returns once the port accepts connections."""
 
-    def __init__(self, data_dir: Path, log_path: Path, overrides: list[str] | None = None) -> None:
+    def __init__(self, data_dir: Path, log_path: Path, overrides: list[str] | None = None, *,
+                 host: str = "127.0.0.1", port: int | None = None,
+                 wrap: Callable[[list[str]], list[str]] | None = None) -> None:
+        """``port`` None: a free one at every start. ``wrap``: turns the command into the one to run (e.g. in a
+        network namespace, ``tests/faults/netns.py``); ``host`` is then that namespace's address."""
         self.data_dir = data_dir
         self.log_path = log_path
         self.overrides = list(overrides or [])
+        self.host = host
+        self.fixed_port = port
+        self.wrap = wrap
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self._log_file = None
@@ -44,21 +52,23 @@ class BrokerProcess:
 
     @property
     def address(self) -> tuple[str, int]:
-        return ("127.0.0.1", self.port)
+        return (self.host, self.port)
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def start(self) -> BrokerProcess:
         assert self.proc is None or self.proc.poll() is not None, "already running"
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
-        cmd = [sys.executable, "-m", "odradek.cli.main", "serve", "--host", "127.0.0.1", "--port", str(self.port)]
+        self.port = self.fixed_port if self.fixed_port is not None else free_port()
+        cmd = [sys.executable, "-m", "odradek.cli.main", "serve", "--host", self.host, "--port", str(self.port)]
         if not any(item.startswith("log.dirs=") for item in self.overrides):  # else the override names them all
             cmd += ["--data-dir", str(self.data_dir)]
         for item in self.overrides:
             cmd += ["--override", item]
+        if self.wrap is not None:
+            cmd = self.wrap(cmd)
         env = dict(os.environ)
         env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env["PYTHONUNBUFFERED"] = "1"

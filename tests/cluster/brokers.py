@@ -55,19 +55,11 @@ class ClusterBroker(BrokerProcess):
 
     def __init__(self, broker_id: int, base: Path, zk_connect: str, overrides: list[str]) -> None:
         super().__init__(base / f"broker-{broker_id}", base / f"broker-{broker_id}.log",
-                         [f"broker.id={broker_id}", f"zookeeper.connect={zk_connect}", *overrides])
+                         [f"broker.id={broker_id}", f"zookeeper.connect={zk_connect}", *overrides], port=free_port())
         self.broker_id = broker_id
-        self.fixed_port = free_port()
 
     def start(self) -> ClusterBroker:
-        import tests.broker.process as process
-
-        original = process.free_port
-        process.free_port = lambda: self.fixed_port  # type: ignore[assignment]
-        try:
-            super().start()
-        finally:
-            process.free_port = original  # type: ignore[assignment]
+        super().start()
         return self
 
 
@@ -80,7 +72,7 @@ class Cluster:
 
     @property
     def bootstrap(self) -> str:
-        return ",".join(f"127.0.0.1:{b.fixed_port}" for b in self.brokers.values())
+        return ",".join(f"{b.host}:{b.fixed_port}" for b in self.brokers.values())
 
     def start(self) -> Cluster:
         for b in self.brokers.values():

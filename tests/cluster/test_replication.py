@@ -244,3 +244,31 @@ def test_requests_behind_an_acks_all_wait_go_on_and_are_answered_in_order(cluste
     answers = [r.responses[0].partition_responses[0] for _, r in got[:2]]
     assert [(int(p.error_code), int(p.base_offset)) for p in answers] == [(0, 0), (0, 1)]
     assert int(got[2][1].error_code) == 0
+
+
+def test_an_acks_all_retry_of_a_batch_not_yet_replicated_waits_for_the_replication(cluster: Cluster) -> None:
+    """A producer's retry (same producer id and sequence, e.g. after its connection broke) of a batch the leader
+    already has but its followers do not yet: the leader finds it a duplicate and must answer it like the
+    original, once the batch is replicated. Answering at once acknowledged records that a leader change then
+    removed (found by the partition-tolerance suite: a lost acknowledged batch behind an OUT_OF_ORDER_SEQUENCE)."""
+    topic = _topic()
+    cluster.create_topic(topic, partitions=1, replication_factor=2, config={"min.insync.replicas": "2"})
+    leader = cluster.brokers[cluster.leader(topic)]
+    follower = cluster.brokers[next(r for r in cluster.partitions(topic)[0].replicas if r != leader.broker_id)]
+    batch = build_batch([(None, b"once")], producer_id=9002, producer_epoch=0, base_sequence=0)
+    with Conn(leader.address) as a, Conn(leader.address) as b:
+        os.kill(follower.pid, signal.SIGSTOP)
+        try:
+            first = a.send(apis.PRODUCE, PRODUCE_V, produce_values(topic, 0, batch, acks=-1))
+            retry = b.send(apis.PRODUCE, PRODUCE_V, produce_values(topic, 0, batch, acks=-1))
+            assert not select.select([b.sock], [], [], 1.0)[0], "the retry was acknowledged before replication"
+        finally:
+            os.kill(follower.pid, signal.SIGCONT)
+        got = [a.recv_response(apis.PRODUCE, PRODUCE_V), b.recv_response(apis.PRODUCE, PRODUCE_V)]
+    assert [cid for cid, _ in got] == [first, retry]
+    answers = [r.responses[0].partition_responses[0] for _, r in got]
+    assert [(int(p.error_code), int(p.base_offset)) for p in answers] == [(0, 0), (0, 0)]
+    with Conn(leader.address) as c:
+        r = c.request(apis.LIST_OFFSETS, 1, {"replica_id": -1, "topics": [
+            {"name": topic, "partitions": [{"partition_index": 0, "timestamp": -1}]}]})
+    assert r.topics[0].partitions[0].offset == 1, "the batch is in the log once"

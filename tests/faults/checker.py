@@ -41,8 +41,10 @@ What each check means (positions are ``partition:offset``):
     Idempotent producers keep order within a partition. Per producer and partition, ``ok`` sends
     taken in ``seq`` order must have strictly increasing acknowledged offsets (``where="ack"``), and
     in ``final`` that producer's values must appear in ``seq`` order (``where="final"``, for every
-    value whose send is known, whatever its outcome). Only the first copy of a duplicated value is
-    considered; adjacent pairs are compared, so one displaced value yields one violation.
+    value whose send is known, whatever its outcome). Of a duplicated value only one copy counts
+    (the one at its acknowledged position if any, else the first in partition:offset order), the
+    rest being ``duplicated``; adjacent pairs are compared, so one displaced value yields one
+    violation.
 ``failed_present``
     A send the client was definitely told failed is present in ``final`` (``reason="failed_send"``),
     or, when ``final`` was read read_committed, a value of an aborted transaction is present there
@@ -566,6 +568,15 @@ def unavailable_windows(sends: Iterable[Send], gap_s: float) -> list[tuple[float
     return windows
 
 
+def _representative(s: Send, fin: _Final) -> Pos:
+    """The copy of a duplicated value that the order check considers."""
+    if s.outcome == "ok" and s.partition is not None and s.offset is not None:
+        acked = (s.partition, s.offset)
+        if acked in fin.positions(s.value):
+            return acked
+    return fin.first[s.value]
+
+
 def check(history: History, *, unavailable_gap_s: float = 1.0) -> Report:
     """Check ``history`` and report every anomaly found (see the module docstring).
 
@@ -593,7 +604,7 @@ def check(history: History, *, unavailable_gap_s: float = 1.0) -> Report:
     if final_rc:
         for t, vals in txn_values.items():
             if txn_outcome[t] == "unknown" and t not in committed_evidence:
-                present = next((v for v in vals if v in fin.first), None)
+                present = min((v for v in vals if v in fin.first), default=None)
                 if present is not None:
                     committed_evidence[t] = f"{_v(present)} in read_committed final"
 
@@ -676,7 +687,7 @@ def check(history: History, *, unavailable_gap_s: float = 1.0) -> Report:
         last: dict[str, tuple[int, int, bytes]] = {}
         for offset, value in records:
             s = by_value.get(value)
-            if s is None or fin.first[value] != (partition, offset):
+            if s is None or (value in fin.extra and _representative(s, fin) != (partition, offset)):
                 continue
             prev = last.get(s.producer)
             if prev is not None and s.seq <= prev[0]:

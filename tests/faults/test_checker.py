@@ -112,6 +112,15 @@ def test_duplicated_within_a_partition_is_not_also_an_order_violation() -> None:
     only(check(History(sends, [], [], final)), "duplicated")
 
 
+def test_duplicate_copy_elsewhere_is_not_an_order_violation() -> None:
+    """The order check uses the copy at the acked position; the stray copy is only a duplicate."""
+    sends = [ok("a", 0, 1, 0), ok("a", 1, 0, 0), ok("a", 2, 0, 1)]
+    final = {0: [(0, b"a-1"), (1, b"a-2"), (2, b"a-0")], 1: [(0, b"a-0")]}
+    r = check(History(sends, [], [], final))
+    only(r, "duplicated")
+    assert r.duplicated[0].found == ((0, 2), (1, 0))
+
+
 def test_vanished_read_then_lost() -> None:
     sends = [ok("a", 0, 0, 0), ok("a", 1, 0, 1)]
     reads = [rd(sends[0]), rd(sends[1], consumer="c1", at=2.5)]

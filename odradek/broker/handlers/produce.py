@@ -68,7 +68,10 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse | Deferred | 
                     result.base_offset = info.first_offset
                     result.log_append_time = info.log_append_time
                     result.log_start_offset = part.log.log_start_offset
-                    if acks == -1 and part.replicated and info.record_count:
+                    # a duplicate (a retry of a batch already in the log: no records appended now) waits too: its
+                    # original may still be above the high watermark, and answering at once would acknowledge
+                    # records a leader change can still take away
+                    if acks == -1 and part.replicated:
                         waits.append((result, part, info.last_offset + 1))
                 except KafkaError as e:
                     result.error_code = e.code

@@ -117,6 +117,38 @@ def srvr(host: str, port: int, timeout_s: float = 1.0) -> str | None:
     return answer or None
 
 
+def config_lines(
+    data_dir: Path, client_address: str, client_port: int, *, tick_time_ms: int, force_sync: bool
+) -> list[str]:
+    """The ``zoo.cfg`` lines every server started from this package has (an ensemble adds its own lines)."""
+    return [
+        f"tickTime={tick_time_ms}",
+        f"dataDir={data_dir}",
+        f"clientPort={client_port}",
+        f"clientPortAddress={client_address}",
+        f"minSessionTimeout={2 * tick_time_ms}",
+        f"maxSessionTimeout={max(MAX_SESSION_TIMEOUT_MS, 2 * tick_time_ms)}",
+        "maxClientCnxns=0",
+        "4lw.commands.whitelist=srvr,stat,mntr",
+        "admin.enableServer=false",
+        "preAllocSize=1024",
+        f"forceSync={'yes' if force_sync else 'no'}",
+        "autopurge.purgeInterval=0",
+    ]
+
+
+def server_command(config_path: Path, log_path: Path) -> list[str]:
+    """The command line running ``QuorumPeerMain`` on ``config_path``, logging to ``log_path``."""
+    logging_flags = [
+        f"-Dorg.slf4j.simpleLogger.logFile={log_path}",
+        "-Dorg.slf4j.simpleLogger.defaultLogLevel=info",
+        "-Dorg.slf4j.simpleLogger.showDateTime=true",
+        "-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd HH:mm:ss.SSS",
+    ]
+    java, cp, classpath = java_command()
+    return [java, *JVM_FLAGS, *logging_flags, cp, classpath, MAIN_CLASS, str(config_path)]
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nobody listens on right now (another process may still take it before we do)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -157,31 +189,17 @@ class ZooKeeperServer:
 
     def _write_config(self) -> None:
         (self.data_dir / "data").mkdir(parents=True, exist_ok=True)
-        lines = [
-            f"tickTime={self.tick_time_ms}",
-            f"dataDir={self.data_dir / 'data'}",
-            f"clientPort={self._port}",
-            f"clientPortAddress={self.HOST}",
-            f"minSessionTimeout={2 * self.tick_time_ms}",
-            f"maxSessionTimeout={max(MAX_SESSION_TIMEOUT_MS, 2 * self.tick_time_ms)}",
-            "maxClientCnxns=0",
-            "4lw.commands.whitelist=srvr,stat,mntr",
-            "admin.enableServer=false",
-            "preAllocSize=1024",
-            f"forceSync={'yes' if self.force_sync else 'no'}",
-            "autopurge.purgeInterval=0",
-        ]
+        lines = config_lines(
+            self.data_dir / "data",
+            self.HOST,
+            self._port,
+            tick_time_ms=self.tick_time_ms,
+            force_sync=self.force_sync,
+        )
         self.config_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
     def _command(self) -> list[str]:
-        logging_flags = [
-            f"-Dorg.slf4j.simpleLogger.logFile={self.log_path}",
-            "-Dorg.slf4j.simpleLogger.defaultLogLevel=info",
-            "-Dorg.slf4j.simpleLogger.showDateTime=true",
-            "-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd HH:mm:ss.SSS",
-        ]
-        java, cp, classpath = java_command()
-        return [java, *JVM_FLAGS, *logging_flags, cp, classpath, MAIN_CLASS, str(self.config_path)]
+        return server_command(self.config_path, self.log_path)
 
     # -- lifecycle -----------------------------------------------------------------------------------------
 
