@@ -369,10 +369,12 @@ def test_nothing_acknowledged_is_lost_through_partitions_pauses_crashes_and_full
     summary = report.summary()
     timeline = "\n".join(f"  round {f['round']} {f['fault']}: {f['start_s']}-{f['healed_s']} s, "
                          f"recovered at {f['recovered_s']} s" for f in faults)
-    print(f"\n{summary}\nfaults:\n{timeline}")
+    fatal = "\n".join(f"  {when} s {who}: {err}" for when, who, err in wl.fatal) or "  none"
+    print(f"\n{summary}\nfaults:\n{timeline}\nfatal client errors (the producer replaced):\n{fatal}")
     if report_path:
         Path(report_path).write_text(json.dumps({"rounds": rounds, "faults": faults, "report": report.as_dict(),
-                                                 "summary": summary}, indent=1), encoding="utf-8")
+                                                 "summary": summary, "fatal_client_errors": wl.fatal}, indent=1),
+                                     encoding="utf-8")
     assert not wl.errors, wl.errors
     assert report.ok, f"{summary}\nfaults:\n{timeline}"
     assert report.info["sends_ok"] > 1000 and report.info["txns_committed"] > 10, summary

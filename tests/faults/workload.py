@@ -18,6 +18,7 @@ Every loop ends: on ``stop()`` and in any case at ``deadline_s``.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
@@ -53,6 +54,7 @@ class Workload:
         self.reads: list[Read] = []
         self.txns: list[Txn] = []
         self.errors: list[str] = []  # unexpected exceptions in the workload's own threads
+        self.fatal: list[tuple[float, str, str]] = []  # (when, producer, error): fatal client errors, producer replaced
         self._threads: list[threading.Thread] = []
 
     def now(self) -> float:
@@ -131,17 +133,19 @@ class Workload:
                 except KafkaException as e:
                     if not e.args[0].fatal():
                         raise
+                    self._note_fatal(name, e.args[0])
                     fatal.set()  # the producer is unusable: a new one takes over
                     break
                 seq += 1
                 next_at += interval
                 producer.poll(max(0.0, next_at - time.monotonic()))
-            producer.flush(40)
-            if fatal.is_set():
-                producer.purge(in_queue=True, in_flight=False)
-                producer.flush(5)
+            with contextlib.suppress(KafkaException):  # a producer in a fatal state raises it again here
+                if fatal.is_set():
+                    producer.purge(in_queue=True, in_flight=False)
+                producer.flush(40)
         finally:
-            producer.poll(0)
+            with contextlib.suppress(KafkaException):
+                producer.poll(0)
         return fatal.is_set()
 
     def _on_delivery(self, producer: str, seq: int, value: bytes, started: float, txn: str | None,
@@ -152,7 +156,8 @@ class Workload:
             else:
                 outcome = "fail" if err.code() in NEVER_SENT and txn is None else "timeout"
                 send = Send(producer, seq, value, None, outcome, None, started, self.now(), txn)  # type: ignore[arg-type]
-                if err.fatal() and fatal is not None:
+                if err.fatal() and fatal is not None and not fatal.is_set():
+                    self._note_fatal(producer, err)
                     fatal.set()
             with self._lock:
                 self.sends.append(send)
@@ -196,7 +201,8 @@ class Workload:
                 if outcome == "unknown":
                     break  # a new producer (same transactional id) fences this one and settles its transaction
                 time.sleep(0.05)
-            producer.flush(5)
+            with contextlib.suppress(KafkaException):  # a producer in a fatal state raises it again here
+                producer.flush(5)
             generation += 1
 
     def _finish(self, producer: Producer, *, commit: bool) -> str:
@@ -209,9 +215,14 @@ class Workload:
         except KafkaException as e:
             return self._after_error(producer, e)
 
-    @staticmethod
-    def _after_error(producer: Producer, e: KafkaException) -> str:
+    def _note_fatal(self, producer: str, err: Any) -> None:
+        with self._lock:
+            self.fatal.append((round(self.now(), 2), producer, f"{err.name()}: {err.str()}"))
+
+    def _after_error(self, producer: Producer, e: KafkaException) -> str:
         err = e.args[0]
+        if err.fatal():
+            self._note_fatal("tx", err)
         if err.txn_requires_abort():
             try:
                 producer.abort_transaction(10)
