@@ -88,6 +88,17 @@ def test_lost() -> None:
     assert "absent from final" in r.summary()
 
 
+def test_an_ok_without_offset_must_be_present_once_in_its_partition() -> None:
+    known = ok("a", 0, 0, 0)
+    unknown = Send("a", 1, b"a-1", 0, "ok", None, 0.1, 0.2)  # librdkafka: persisted, offset not known
+    there = {0: [(0, known.value), (1, unknown.value)]}
+    only(check(History([known, unknown], [], [], there)))
+    only(check(History([known, unknown], [], [], {0: [(0, known.value)]})), "lost")
+    only(check(History([known, unknown], [], [], {0: [(0, known.value), (1, b"a-1"), (2, b"a-1")]})), "duplicated")
+    only(check(History([known, unknown], [], [], {0: [(0, known.value)], 1: [(0, b"a-1")]})), "moved")
+    only(check(History([known, unknown], [], [], {0: [(0, b"a-1"), (1, known.value)]})), "moved", "order")
+
+
 def test_moved_is_not_lost() -> None:
     sends = [ok("a", 0, 0, 0), ok("a", 1, 0, 1)]
     final = {0: [(0, b"a-0")], 1: [(0, b"a-1")]}

@@ -151,8 +151,9 @@ class Workload:
     def _on_delivery(self, producer: str, seq: int, value: bytes, started: float, txn: str | None,
                      fatal: threading.Event | None) -> Callable[[Any, Any], None]:
         def report(err: Any, msg: Any) -> None:
-            if err is None:
-                send = Send(producer, seq, value, msg.partition(), "ok", msg.offset(), started, self.now(), txn)
+            if err is None:  # the offset is unknown (None) when librdkafka infers "persisted" from a later batch
+                offset = msg.offset() if msg.offset() is not None and msg.offset() >= 0 else None
+                send = Send(producer, seq, value, msg.partition(), "ok", offset, started, self.now(), txn)
             else:
                 outcome = "fail" if err.code() in NEVER_SENT and txn is None else "timeout"
                 send = Send(producer, seq, value, None, outcome, None, started, self.now(), txn)  # type: ignore[arg-type]
