@@ -269,8 +269,11 @@ def kill_loop_with_reassignments_and_elections(w: World, rng: random.Random) -> 
                 admin.alter_partition_reassignments({tp: keep[:2]})
             _hold(1.0)
             _restart_if_dead(w, victim)
-            with contextlib.suppress(Exception):  # add the dropped replica back: its data is copied again
-                admin.alter_partition_reassignments({tp: keep[:2] + [r for r in replicas if r not in keep[:2]]})
+            wait_until(lambda v=victim.broker_id: v in _live(w.cluster), timeout_s=RECOVERY_S,  # type: ignore[misc]
+                       what=f"broker {victim.broker_id} registered again")
+            back = keep[:2] + [r for r in replicas if r not in keep[:2]]  # the dropped replica: its data copied again
+            wait_until(lambda tp=tp, back=back: _reassigned(admin, tp, back), timeout_s=30,  # type: ignore[misc]
+                       what=f"the reassignment of {tp} back to {back} accepted")
             with contextlib.suppress(Exception):
                 w.cluster.admin().elect_leaders(ElectionType.PREFERRED, [CTopicPartition(w.topic, p)]).result(
                     timeout=20)
@@ -281,6 +284,13 @@ def kill_loop_with_reassignments_and_elections(w: World, rng: random.Random) -> 
     finally:
         admin.close()
     return lambda: None
+
+
+def _reassigned(admin: KafkaAdminClient, tp: KTopicPartition, target: list[int]) -> bool:
+    try:
+        return admin.alter_partition_reassignments({tp: target}).get(tp) is None
+    except Exception:  # the controller moving meanwhile: ask again
+        return False
 
 
 def _fill(disk: Path) -> Path:
