@@ -293,7 +293,9 @@ def parse_properties(items: Iterable[str], option: str) -> dict[str, str]:
 
 
 def split_config_list(text: str) -> list[str]:
-    """Split ``k=v,k2=v2`` on commas; ``[a,b]`` keeps its commas (kafka-configs.sh's list syntax)."""
+    """Split ``k=v,k2=v2`` on commas; ``[a,b]`` keeps its commas (kafka-configs.sh's list syntax), and so does a
+    value whose next comma-separated part is not ``key=value`` (``cleanup.policy=compact,delete``, as
+    kafka-topics.sh takes it)."""
     parts: list[str] = []
     depth = 0
     current = []
@@ -308,12 +310,15 @@ def split_config_list(text: str) -> list[str]:
             continue
         current.append(ch)
     parts.append("".join(current))
-    out = []
+    out: list[str] = []
     for part in parts:
         part = part.strip()
         if not part:
             continue
         key, sep, value = part.partition("=")
+        if not sep and out:  # a comma inside the previous value: cleanup.policy=compact,delete (kafka-topics)
+            out[-1] = f"{out[-1]},{part}"
+            continue
         if sep and value.startswith("[") and value.endswith("]"):
             part = f"{key}={value[1:-1]}"
         out.append(part)
