@@ -85,7 +85,8 @@ def test_group_offsets_survive_the_coordinator_broker(cluster: Cluster) -> None:
         got = _poll(c2, 50)
         assert sorted(got) == sorted(f"m{i}".encode() for i in range(50)), "resumed from the committed offsets"
         committed = c2.committed([TopicPartition(topic, 0), TopicPartition(topic, 1)], timeout=20)
-        assert sum(tp.offset for tp in committed) == 200
+        assert sum(tp.offset for tp in committed) == 200, \
+            f"committed offsets after the failover: {[(tp.partition, tp.offset, tp.error) for tp in committed]}"
         c2.close()
     finally:
         cluster.brokers[coordinator].start()
