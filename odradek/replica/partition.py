@@ -258,7 +258,12 @@ class Partition:
     def truncate_to(self, offset: int, reason: str) -> None:
         """Cut the log at ``offset`` (a follower whose tail diverges from its leader's, KIP-101/279)."""
         lg = self.log
-        if offset >= lg.next_offset:
+        if offset >= lg.next_offset:  # no record to cut; an epoch that starts at the end may still go
+            latest = lg.leader_epochs.latest_epoch
+            lg.truncate_to(offset)
+            if lg.leader_epochs.latest_epoch != latest:
+                log.info("%s: dropping leader epoch %s, which starts at the log end %d and holds nothing (%s)",
+                         self.name, latest, lg.next_offset, reason)
             return
         log.info("%s: truncating from %d to %d (%s)", self.name, lg.next_offset, offset, reason)
         lg.truncate_to(offset)

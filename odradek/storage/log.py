@@ -847,9 +847,13 @@ class Log:
 
     @_reports_io_errors
     def truncate_to(self, offset: int) -> bool:
-        """Remove every batch at or after ``offset``; True if anything was removed."""
+        """Remove every batch at or after ``offset``; True if anything was removed. The leader epochs starting
+        at or after ``offset`` go too, even when no batch does (an epoch this replica led without appending
+        anything, as Kafka's truncateTo): a follower that kept it would send it as its last fetched epoch
+        forever, and its leader would answer the same divergence forever."""
         with self._lock:
             if offset >= self.next_offset:
+                self.leader_epochs.truncate_from_end(offset)
                 return False
             if offset <= self.log_start_offset or offset <= self._bases[0]:
                 self.truncate_fully_and_start_at(offset)

@@ -513,6 +513,24 @@ def test_truncate_to_inside_the_active_segment_then_append_continues(tmp_path: P
     log.close()
 
 
+def test_truncating_to_the_log_end_drops_an_epoch_that_holds_nothing(tmp_path: Path, clock: ManualClock) -> None:
+    """A replica that led epoch 3 without appending anything, then follows a leader that never knew epoch 3: the
+    leader answers its fetches with the divergence (2, log end), and the truncation to the log end must drop
+    epoch 3, or the replica asks with it again forever (found by the partition-tolerance suite: a follower
+    stuck for minutes, the ISR never full)."""
+    log = open_log(tmp_path / "t-0", small_config(), clock=clock)
+    log.append(batch(2), leader_epoch=2)
+    end = log.next_offset
+    log.leader_epochs.assign(3, end)  # became leader at epoch 3, appended nothing
+    assert log.leader_epochs.latest_epoch == 3
+    assert not log.truncate_to(end)  # no record goes...
+    assert log.leader_epochs.latest_epoch == 2  # ...but the empty epoch does
+    assert log.leader_epochs.end_offset_for(2, log.next_offset) == (2, end)
+    log.leader_epochs.assign(5, end)
+    assert not log.truncate_to(end + 10) and log.leader_epochs.latest_epoch == 5  # beyond the end: nothing goes
+    log.close()
+
+
 def test_truncate_to_an_earlier_segment_drops_later_ones(tmp_path: Path, clock: ManualClock) -> None:
     directory = tmp_path / "t-0"
     log = open_log(directory, small_config(file_delete_delay_ms=1_000), clock=clock)
