@@ -525,6 +525,14 @@ def wait_for_other_benchmarks(max_wait: float, poll: float = 30.0) -> str:
         time.sleep(min(poll, max(1.0, deadline - time.monotonic())))
 
 
+def wait_for_quiet_machine(max_wait: float) -> None:
+    """Before measuring (``max_wait`` > 0): wait, bounded, for other benchmarks and test runs to end, then for the
+    machine to go idle; say how that went."""
+    if max_wait > 0:
+        print("# " + wait_for_other_benchmarks(max_wait), flush=True)
+        print("# " + wait_for_idle(min(max_wait, 600)), flush=True)
+
+
 # -- report ------------------------------------------------------------------------------------------
 
 
@@ -602,9 +610,7 @@ def main() -> None:
         facts["odradek env"] = " ".join(f"{k}={v}" for k, v in BROKER_ENV.items())
     print_facts(facts)
     wait = a.wait if a.wait is not None else (0 if a.quick else 1800)
-    if wait > 0:
-        print("# " + wait_for_other_benchmarks(wait), flush=True)
-        print("# " + wait_for_idle(min(wait, 600)), flush=True)
+    wait_for_quiet_machine(wait)
     watch = CpuWatch()
     t_start = time.monotonic()
 

@@ -109,7 +109,6 @@ from bench._common import (
     print_facts,
     scratch_dir,
     settle,
-    wait_for_idle,
 )
 from bench._kafka import PerfTool, build_rdkafka_performance
 from bench.broker_throughput import (
@@ -124,7 +123,7 @@ from bench.broker_throughput import (
     phase_raw_sendfile,
     phase_raw_tcp,
     produce_once,
-    wait_for_other_benchmarks,
+    wait_for_quiet_machine,
 )
 
 PREVIOUS = "e3dde29"  # the commit before the cluster work
@@ -910,9 +909,7 @@ def main() -> None:
     facts["previous"] = "-" if a.no_previous else f"{PREVIOUS} ({commit_of(PREVIOUS)}), single node only"
     print_facts(facts)
     wait = a.wait if a.wait is not None else (0 if a.quick else 1800)
-    if wait > 0:
-        print("# " + wait_for_other_benchmarks(wait), flush=True)
-        print("# " + wait_for_idle(min(wait, 600)), flush=True)
+    wait_for_quiet_machine(wait)
     watch = CpuWatch()
     t_start = time.monotonic()
     need = 3 * max(a.catch_up_mb) * MiB + 8 * GiB

@@ -100,7 +100,6 @@ from bench._common import (
     print_facts,
     scratch_dir,
     settle,
-    wait_for_idle,
 )
 from bench._common import guarded as _guarded
 from bench._kafka import PerfTool, build_rdkafka_performance, cpu_seconds, run_perf
@@ -109,7 +108,7 @@ from bench.broker_throughput import (
     _percentiles,
     phase_raw_sendfile,
     phase_raw_tcp,
-    wait_for_other_benchmarks,
+    wait_for_quiet_machine,
 )
 
 PHASES = ("move", "rebalance")
@@ -829,9 +828,7 @@ def main() -> None:
     facts["librdkafka"] = tool.librdkafka
     print_facts(facts)
     wait = a.wait if a.wait is not None else (0 if a.quick else 1800)
-    if wait > 0:
-        print("# " + wait_for_other_benchmarks(wait), flush=True)
-        print("# " + wait_for_idle(min(wait, 600)), flush=True)
+    wait_for_quiet_machine(wait)
     watch = CpuWatch()
     t_start = time.monotonic()
     moves: list[Move] | None = None

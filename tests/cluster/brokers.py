@@ -42,7 +42,13 @@ def wait_until(condition: Callable[[], T], *, timeout_s: float = 20.0, what: str
 def running_cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """A 3-broker cluster on its own chroot of the module's ZooKeeper, stopped (cleanly) at the end; use as
     ``cluster = pytest.fixture(scope="module")(running_cluster)``."""
-    c = Cluster(tmp_path_factory.mktemp("cluster"), unique_chroot(zookeeper)).start()
+    yield from serving(Cluster(tmp_path_factory.mktemp("cluster"), unique_chroot(zookeeper)))
+
+
+def serving(c: Cluster) -> Iterator[Cluster]:
+    """The body of a module's cluster fixture: start ``c``, yield it, stop it cleanly at the end (``yield from
+    serving(c)``); a broker that does not exit with 0 fails the module."""
+    c.start()
     try:
         yield c
     finally:
@@ -123,3 +129,39 @@ class Cluster:
 
     def each(self) -> Iterator[ClusterBroker]:
         return iter(self.brokers.values())
+
+    # -- the same questions while brokers fail: an unanswered one is "unknown", not an error ---------------
+
+    def live_ids(self) -> set[int]:
+        """The registered brokers (empty while no broker answers)."""
+        try:
+            return set(self.metadata().brokers)
+        except Exception:
+            return set()
+
+    def leader_now(self, topic: str, partition: int = 0) -> int:
+        """The partition's leader, -1 when none or unknown."""
+        try:
+            return int(self.partitions(topic)[partition].leader)
+        except Exception:
+            return -1
+
+    def isr_now(self, topic: str, partition: int = 0) -> list[int]:
+        """The partition's ISR, empty when unknown."""
+        try:
+            return self.isr(topic, partition)
+        except Exception:
+            return []
+
+    def controller_now(self) -> int:
+        """The controller's id, -1 when unknown."""
+        try:
+            return int(self.metadata().controller_id)
+        except Exception:
+            return -1
+
+    def start_when_deregistered(self, b: ClusterBroker, timeout_s: float) -> None:
+        """Restart a killed broker once its old ZooKeeper session has expired (before that its id is taken)."""
+        wait_until(lambda: b.broker_id not in self.live_ids(), timeout_s=timeout_s,
+                   what=f"broker {b.broker_id}'s old session to expire")
+        b.start()

@@ -27,7 +27,7 @@ from odradek.protocol import apis
 from odradek.protocol.errors import ErrorCode
 from tests.broker.process import BrokerProcess
 from tests.broker.wire import Conn
-from tests.cluster.brokers import Cluster, wait_until
+from tests.cluster.brokers import Cluster, serving, wait_until
 from tests.cluster.test_replication import _consume_all
 from tests.cluster.zk_process import unique_chroot
 from tests.storage.helpers import grow_tmpfs, tmpfs
@@ -48,12 +48,7 @@ def cluster(zookeeper: ZooKeeperServer, disk: Path, tmp_path_factory: pytest.Tem
     base = tmp_path_factory.mktemp("failed-dir")
     c = Cluster(base, unique_chroot(zookeeper))
     c.brokers[1].overrides.append(f"log.dirs={disk},{base / 'broker-1'}")
-    c.start()
-    try:
-        yield c
-    finally:
-        failures = c.stop()
-    assert not failures, "\n".join(failures)
+    yield from serving(c)
 
 
 def _create(cluster: Cluster, name: str, replicas: list[int]) -> None:

@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from odradek.cluster.zk.server import ZooKeeperServer
 from odradek.protocol import apis
 from tests.broker.wire import Conn
-from tests.cluster.brokers import Cluster, wait_until
+from tests.cluster.brokers import Cluster, serving, wait_until
 from tests.cluster.zk_process import unique_chroot
 
 SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
@@ -27,12 +27,7 @@ def cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
                 overrides=[f"replica.selector.class={SELECTOR}"])
     for i, b in c.brokers.items():
         b.overrides.append(f"broker.rack=r{i}")
-    c.start()
-    try:
-        yield c
-    finally:
-        failures = c.stop()
-    assert not failures, "\n".join(failures)
+    yield from serving(c)
 
 
 def _fetch(conn: Conn, topic: str, rack: str, offset: int = 0) -> object:

@@ -27,20 +27,15 @@ from odradek.cluster.zk.server import ZooKeeperServer
 from odradek.protocol import apis
 from tests.broker.wire import Conn
 from tests.cli.test_cli import Cli
-from tests.cluster.brokers import Cluster, wait_until
+from tests.cluster.brokers import Cluster, serving, wait_until
 from tests.cluster.test_replication import _consume_all
 from tests.cluster.zk_process import unique_chroot
 
 
 @pytest.fixture(scope="module")
 def cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("cluster4"), unique_chroot(zookeeper), size=4,
-                overrides=["replication.quota.window.num=2"]).start()  # throttles measured over 2 s
-    try:
-        yield c
-    finally:
-        failures = c.stop()
-    assert not failures, "\n".join(failures)
+    yield from serving(Cluster(tmp_path_factory.mktemp("cluster4"), unique_chroot(zookeeper), size=4,
+                               overrides=["replication.quota.window.num=2"]))  # throttles measured over 2 s
 
 
 @pytest.fixture

@@ -71,7 +71,7 @@ def _whole_cluster_after(cluster: Cluster) -> Iterator[None]:
         _resume(b)
     for b in cluster.each():
         if not b.running:
-            _start_when_deregistered(cluster, b)
+            cluster.start_when_deregistered(b, 3 * SESSION_TIMEOUT_S)
     cluster.wait_for_brokers(len(cluster.brokers))
 
 
@@ -84,45 +84,17 @@ def _stop_process(b: ClusterBroker) -> None:
     os.kill(b.pid, signal.SIGSTOP)
 
 
-def _live_ids(cluster: Cluster) -> set[int]:
-    try:
-        return set(cluster.metadata().brokers)
-    except Exception:
-        return set()
-
-
-def _start_when_deregistered(cluster: Cluster, b: ClusterBroker) -> None:
-    """Restart a killed broker once its old session has expired (before that its id is still taken)."""
-    wait_until(lambda: b.broker_id not in _live_ids(cluster), timeout_s=3 * SESSION_TIMEOUT_S,
-               what=f"broker {b.broker_id}'s old session to expire")
-    b.start()
-
-
 def _topic() -> str:
     return f"f-{uuid.uuid4().hex[:10]}"
 
 
-def _leader(cluster: Cluster, topic: str, partition: int = 0) -> int:
-    try:
-        return int(cluster.partitions(topic)[partition].leader)
-    except Exception:
-        return -1
-
-
-def _isr(cluster: Cluster, topic: str, partition: int = 0) -> list[int]:
-    try:
-        return cluster.isr(topic, partition)
-    except Exception:
-        return []
-
-
 def _new_leader(cluster: Cluster, topic: str, old: int, partition: int = 0, timeout_s: float = 30.0) -> int:
-    return wait_until(lambda: (lead := _leader(cluster, topic, partition)) not in (-1, old) and lead,
+    return wait_until(lambda: (lead := cluster.leader_now(topic, partition)) not in (-1, old) and lead,
                       timeout_s=timeout_s, what=f"a leader other than broker {old} for {topic}-{partition}")
 
 
 def _full_isr(cluster: Cluster, topic: str, partitions: int = 1, timeout_s: float = 60.0) -> None:
-    wait_until(lambda: all(len(_isr(cluster, topic, p)) == 3 for p in range(partitions)), timeout_s=timeout_s,
+    wait_until(lambda: all(len(cluster.isr_now(topic, p)) == 3 for p in range(partitions)), timeout_s=timeout_s,
                what=f"a full ISR for {topic}")
 
 
@@ -301,11 +273,11 @@ def test_kill_9_of_the_leader_round_after_round_loses_nothing_acknowledged(clust
     with Load(cluster, topic) as load:
         for _ in range(4):
             load.wait_for_progress()
-            leader = _leader(cluster, topic)
+            leader = cluster.leader_now(topic)
             cluster.brokers[leader].kill()
             _new_leader(cluster, topic, leader)
             load.wait_for_progress()  # the producer carries on with the new leader
-            _start_when_deregistered(cluster, cluster.brokers[leader])
+            cluster.start_when_deregistered(cluster.brokers[leader], 3 * SESSION_TIMEOUT_S)
             _full_isr(cluster, topic)
         acked = load.finish()
     assert len(acked) >= 8 * 300
@@ -321,8 +293,8 @@ def test_a_leader_stopped_past_its_session_rejoins_as_a_follower_and_loses_nothi
     topic = _topic()
     partitions = 4  # the stopped broker leads one or two of them
     cluster.create_topic(topic, partitions=partitions, config=MIN_ISR)
-    zombie = cluster.brokers[_leader(cluster, topic)]
-    led = [p for p in range(partitions) if _leader(cluster, topic, p) == zombie.broker_id]
+    zombie = cluster.brokers[cluster.leader_now(topic)]
+    led = [p for p in range(partitions) if cluster.leader_now(topic, p) == zombie.broker_id]
     epochs_before = _broker_epochs(zombie)
     # Requests to the stopped leader time out after 5 s instead of 30 s, so the producer moves on sooner.
     with Load(cluster, topic, **{"request.timeout.ms": 5000, "socket.timeout.ms": 5000}) as load:
@@ -350,7 +322,7 @@ def test_a_leader_stopped_past_its_session_rejoins_as_a_follower_and_loses_nothi
     rejoined = zombie.log().split(f"registered as broker {zombie.broker_id} in ZooKeeper "
                                   f"(broker epoch {epochs[-1]})", 1)[1]
     assert f"{topic}-" not in "".join(line for line in rejoined.splitlines(True) if "leader at epoch" in line)
-    assert {p: _leader(cluster, topic, p) for p in led} == new_leaders
+    assert {p: cluster.leader_now(topic, p) for p in led} == new_leaders
     _check_exactly_once(cluster, topic, acked, partitions)
     for p in range(partitions):
         _identical_replicas(cluster, topic, p)
@@ -364,32 +336,25 @@ def test_a_killed_controller_is_replaced_and_leader_failures_are_still_handled(c
     cluster.create_topic(topic, partitions=3, config=MIN_ISR)
     old_controller = cluster.metadata().controller_id
     cluster.brokers[old_controller].kill()
-    controller = wait_until(lambda: (c := _controller(cluster)) not in (-1, old_controller) and c,
+    controller = wait_until(lambda: (c := cluster.controller_now()) not in (-1, old_controller) and c,
                             timeout_s=30, what="another controller")
     # partitions the dead controller led have new leaders
     for p in range(3):
-        wait_until(lambda p=p: _leader(cluster, topic, p) not in (-1, old_controller), timeout_s=30,
+        wait_until(lambda p=p: cluster.leader_now(topic, p) not in (-1, old_controller), timeout_s=30,
                    what=f"a live leader for {topic}-{p}")
-    _start_when_deregistered(cluster, cluster.brokers[old_controller])
+    cluster.start_when_deregistered(cluster.brokers[old_controller], 3 * SESSION_TIMEOUT_S)
     _full_isr(cluster, topic, partitions=3)
-    assert _controller(cluster) == controller, "the controller does not move back"
+    assert cluster.controller_now() == controller, "the controller does not move back"
     # a leader failure under the new controller: a partition led by another broker than the controller
-    partition = next(p for p in range(3) if _leader(cluster, topic, p) != controller)
-    victim = _leader(cluster, topic, partition)
+    partition = next(p for p in range(3) if cluster.leader_now(topic, p) != controller)
+    victim = cluster.leader_now(topic, partition)
     cluster.brokers[victim].kill()
     _new_leader(cluster, topic, victim, partition)
     acked = _produce(cluster, topic, [f"after-{i}".encode() for i in range(50)], partition=partition)
-    _start_when_deregistered(cluster, cluster.brokers[victim])
+    cluster.start_when_deregistered(cluster.brokers[victim], 3 * SESSION_TIMEOUT_S)
     _full_isr(cluster, topic, partitions=3)
     got = _consume_all(cluster, topic, 50, partitions=3)
     assert sorted(got) == sorted(acked)
-
-
-def _controller(cluster: Cluster) -> int:
-    try:
-        return int(cluster.metadata().controller_id)
-    except Exception:
-        return -1
 
 
 # -- 4. a follower down under many MB of writes -----------------------------------------------------------------
@@ -398,16 +363,16 @@ def _controller(cluster: Cluster) -> int:
 def test_a_follower_down_under_many_megabytes_catches_up_to_the_leaders_log_end(cluster: Cluster) -> None:
     topic = _topic()
     cluster.create_topic(topic, config=MIN_ISR)
-    leader = _leader(cluster, topic)
+    leader = cluster.leader_now(topic)
     follower = cluster.brokers[next(b for b in (1, 2, 3) if b != leader)]
     follower.kill()
-    wait_until(lambda: follower.broker_id not in _isr(cluster, topic), timeout_s=30,
+    wait_until(lambda: follower.broker_id not in cluster.isr_now(topic), timeout_s=30,
                what="the dead follower out of the ISR")
     pad = b"x" * 10_000
     # ~16 MB, in batches below the cluster's 256 KiB segments (a larger batch is refused)
     acked = _produce(cluster, topic, [f"{topic}-{i}-".encode() + pad for i in range(1600)], **{"batch.size": 200_000})
-    assert _isr(cluster, topic) == sorted(b for b in (1, 2, 3) if b != follower.broker_id)
-    _start_when_deregistered(cluster, follower)
+    assert cluster.isr_now(topic) == sorted(b for b in (1, 2, 3) if b != follower.broker_id)
+    cluster.start_when_deregistered(follower, 3 * SESSION_TIMEOUT_S)
     _full_isr(cluster, topic)
     records = _identical_replicas(cluster, topic, timeout_s=60)
     assert [o for o, _, _ in records] == list(range(1600)), "the follower's log ends where the leader's does"
@@ -421,7 +386,7 @@ def test_an_old_leaders_unacknowledged_tail_is_truncated_to_the_new_leaders_log(
     topic = _topic()
     cluster.create_topic(topic, config=MIN_ISR)
     committed = _produce(cluster, topic, [f"base-{i}".encode() for i in range(100)])
-    old = cluster.brokers[_leader(cluster, topic)]
+    old = cluster.brokers[cluster.leader_now(topic)]
     followers = [b for b in cluster.each() if b is not old]
     for f in followers:
         _stop_process(f)
@@ -440,7 +405,7 @@ def test_an_old_leaders_unacknowledged_tail_is_truncated_to_the_new_leaders_log(
     new_leader = _new_leader(cluster, topic, old.broker_id)
     assert new_leader in {f.broker_id for f in followers}
     after = _produce(cluster, topic, [f"after-{i}".encode() for i in range(100)])
-    _start_when_deregistered(cluster, old)
+    cluster.start_when_deregistered(old, 3 * SESSION_TIMEOUT_S)
     _full_isr(cluster, topic)
     records = _identical_replicas(cluster, topic)
     values = [v for _, _, v in records]
@@ -456,11 +421,11 @@ def test_an_old_leaders_unacknowledged_tail_is_truncated_to_the_new_leaders_log(
 def test_acks_all_waits_while_the_isr_is_below_min_insync_replicas(cluster: Cluster) -> None:
     topic = _topic()
     cluster.create_topic(topic, config=MIN_ISR)
-    leader = _leader(cluster, topic)
+    leader = cluster.leader_now(topic)
     down = [b for b in cluster.each() if b.broker_id != leader]
     for b in down:
         b.kill()
-    wait_until(lambda: _isr(cluster, topic) == [leader], timeout_s=30, what="an ISR of the leader alone")
+    wait_until(lambda: cluster.isr_now(topic) == [leader], timeout_s=30, what="an ISR of the leader alone")
     # Without retries the refusal itself is seen: NOT_ENOUGH_REPLICAS.
     refused: list[Any] = []
     p0 = _producer(cluster, **{"enable.idempotence": False, "retries": 0, "message.timeout.ms": 5000})
@@ -479,7 +444,7 @@ def test_acks_all_waits_while_the_isr_is_below_min_insync_replicas(cluster: Clus
     one = _produce(cluster, topic, [f"one-{i}".encode() for i in range(20)], acks="1",
                    **{"enable.idempotence": False})
     for b in down:
-        _start_when_deregistered(cluster, b)
+        cluster.start_when_deregistered(b, 3 * SESSION_TIMEOUT_S)
     _full_isr(cluster, topic)
     assert p1.flush(30) == 0
     assert len(waiting) == 1 and waiting[0][0] is None, waiting
@@ -496,10 +461,10 @@ def test_fetches_from_an_unknown_replica_or_a_stale_broker_epoch_are_refused(clu
     topic = _topic()
     cluster.create_topic(topic, config=MIN_ISR)
     _produce(cluster, topic, [f"v{i}".encode() for i in range(30)])
-    leader = cluster.brokers[_leader(cluster, topic)]
+    leader = cluster.brokers[cluster.leader_now(topic)]
     follower = next(b for b in cluster.each() if b is not leader)
     epoch = _broker_epochs(follower)[-1]
-    before = (_isr(cluster, topic), _watermarks(cluster, topic))
+    before = (cluster.isr_now(topic), _watermarks(cluster, topic))
     log_before = len(leader.log())
 
     async def fetch(replica_id: int, replica_epoch: int) -> Any:
@@ -530,9 +495,9 @@ def test_fetches_from_an_unknown_replica_or_a_stale_broker_epoch_are_refused(clu
     assert stale.error_code == ErrorCode.STALE_BROKER_EPOCH
     assert not stale.records
     # nothing changed: the same ISR and watermarks, and the real follower still fetches (an acks=all write works)
-    assert (_isr(cluster, topic), _watermarks(cluster, topic)) == before
+    assert (cluster.isr_now(topic), _watermarks(cluster, topic)) == before
     _produce(cluster, topic, [b"still"])
-    assert _isr(cluster, topic) == [1, 2, 3]
+    assert cluster.isr_now(topic) == [1, 2, 3]
     assert "Traceback" not in leader.log()[log_before:]
 
 

@@ -52,7 +52,7 @@ from tests.faults.checker import check
 from tests.faults.netns import Host, Network
 from tests.faults.workload import Workload, final_read
 from tests.faults.zk_ensemble import ZooKeeperEnsemble
-from tests.storage.helpers import tmpfs
+from tests.storage.helpers import fill_disk, tmpfs
 
 pytestmark = pytest.mark.slow
 
@@ -85,26 +85,12 @@ class World:
         return [b for b in self.cluster.brokers if b != broker_id]
 
     def leader(self, partition: int = 0) -> int:
-        return wait_until(lambda: _leader(self.cluster, self.topic, partition) > 0, timeout_s=RECOVERY_S,
+        return wait_until(lambda: self.cluster.leader_now(self.topic, partition) > 0, timeout_s=RECOVERY_S,
                           what=f"a leader for {self.topic}-{partition}")
 
     def controller(self) -> int:
-        return int(wait_until(lambda: _controller(self.cluster), timeout_s=RECOVERY_S, what="a controller"))
-
-
-def _leader(cluster: Cluster, topic: str, partition: int) -> int:
-    try:
-        return int(cluster.partitions(topic)[partition].leader)
-    except Exception:
-        return -1
-
-
-def _controller(cluster: Cluster) -> int | None:
-    try:
-        c = cluster.metadata().controller_id
-        return c if c > 0 else None
-    except Exception:
-        return None
+        return int(wait_until(lambda: (c := self.cluster.controller_now()) > 0 and c, timeout_s=RECOVERY_S,
+                              what="a controller"))
 
 
 @pytest.fixture(scope="module")
@@ -140,33 +126,17 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 
 def _restart_if_dead(w: World, b: ClusterBroker) -> None:
     if not b.running:
-        wait_until(lambda: b.broker_id not in _live(w.cluster), timeout_s=4 * SESSION_S,
-                   what=f"broker {b.broker_id}'s old session to expire")
-        b.start()
-
-
-def _live(cluster: Cluster) -> set[int]:
-    try:
-        return set(cluster.metadata().brokers)
-    except Exception:
-        return set()
+        w.cluster.start_when_deregistered(b, 4 * SESSION_S)
 
 
 def _recovered(w: World) -> None:
     for b in w.cluster.each():
         _restart_if_dead(w, b)
-    wait_until(lambda: _live(w.cluster) == set(w.cluster.brokers), timeout_s=RECOVERY_S,
+    wait_until(lambda: w.cluster.live_ids() == set(w.cluster.brokers), timeout_s=RECOVERY_S,
                what="every broker registered after healing")
-    wait_until(lambda: all(len(_isr(w.cluster, w.topic, p)) == 3 and _leader(w.cluster, w.topic, p) > 0
+    wait_until(lambda: all(len(w.cluster.isr_now(w.topic, p)) == 3 and w.cluster.leader_now(w.topic, p) > 0
                            for p in range(PARTITIONS)), timeout_s=RECOVERY_S,
                what=f"full ISRs for {w.topic} after healing")
-
-
-def _isr(cluster: Cluster, topic: str, partition: int) -> list[int]:
-    try:
-        return cluster.isr(topic, partition)
-    except Exception:
-        return []
 
 
 def _progress(wl: Workload, what: str) -> None:
@@ -269,7 +239,7 @@ def kill_loop_with_reassignments_and_elections(w: World, rng: random.Random) -> 
                 admin.alter_partition_reassignments({tp: keep[:2]})
             _hold(1.0)
             _restart_if_dead(w, victim)
-            wait_until(lambda v=victim.broker_id: v in _live(w.cluster), timeout_s=RECOVERY_S,  # type: ignore[misc]
+            wait_until(lambda v=victim.broker_id: v in w.cluster.live_ids(), timeout_s=RECOVERY_S,  # type: ignore[misc]
                        what=f"broker {victim.broker_id} registered again")
             back = keep[:2] + [r for r in replicas if r not in keep[:2]]  # the dropped replica: its data copied again
             wait_until(lambda tp=tp, back=back: _reassigned(admin, tp, back), timeout_s=30,  # type: ignore[misc]
@@ -293,27 +263,14 @@ def _reassigned(admin: KafkaAdminClient, tp: KTopicPartition, target: list[int])
         return False
 
 
-def _fill(disk: Path) -> Path:
-    filler = disk / f"filler-{uuid.uuid4().hex[:6]}"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
-    try:
-        for _ in range(100_000):  # bounded: 6 GB, far more than the tmpfs
-            os.write(fd, b"\0" * 65536)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-    return filler
-
-
 def follower_then_leader_disk_full(w: World, rng: random.Random) -> Heal:
     lead = w.leader(0)  # partition 0 lives in every broker's tmpfs
     follower = rng.choice(w.others(lead))
-    fillers = [_fill(w.disks[follower])]
-    wait_until(lambda: follower not in _isr(w.cluster, w.topic, 0), timeout_s=30,
+    fillers = [fill_disk(w.disks[follower])]
+    wait_until(lambda: follower not in w.cluster.isr_now(w.topic, 0), timeout_s=30,
                what=f"broker {follower}'s full disk to take its replica out of the ISR")
-    fillers.append(_fill(w.disks[lead]))
-    wait_until(lambda: _leader(w.cluster, w.topic, 0) != lead, timeout_s=30,
+    fillers.append(fill_disk(w.disks[lead]))
+    wait_until(lambda: w.cluster.leader_now(w.topic, 0) != lead, timeout_s=30,
                what=f"broker {lead}'s full disk to move the leadership away")
     _hold(2.0)
 

@@ -20,19 +20,11 @@ Invariants:
 from __future__ import annotations
 
 import signal
-import subprocess
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import IO
 
-from odradek.cluster.zk.server import (
-    LOG_TAIL_LINES,
-    ZooKeeperStartError,
-    config_lines,
-    server_command,
-    srvr,
-)
+from odradek.cluster.zk.server import ZooKeeperProcess, ZooKeeperStartError, config_lines, srvr
 from tests.faults.netns import Host
 
 CLIENT_PORT = 2181
@@ -41,50 +33,13 @@ ELECTION_PORT = 3888
 MODES = ("leader", "follower", "standalone", "observer")
 
 
-class _Member:
-    """One server of the ensemble: its host, its files and its process."""
+class _Member(ZooKeeperProcess):
+    """One server of the ensemble: its process and files, on its host."""
 
     def __init__(self, myid: int, host: Host, data_dir: Path) -> None:
+        super().__init__(data_dir, label=f"server {myid} ({host.ip}) ")
         self.myid = myid
         self.host = host
-        self.data_dir = data_dir
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.out: IO[bytes] | None = None
-
-    @property
-    def config_path(self) -> Path:
-        return self.data_dir / "zoo.cfg"
-
-    @property
-    def log_path(self) -> Path:
-        return self.data_dir / "zookeeper.log"
-
-    @property
-    def out_path(self) -> Path:
-        return self.data_dir / "zookeeper.out"
-
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def reap(self) -> None:
-        self.proc = None
-        if self.out is not None:
-            self.out.close()
-            self.out = None
-
-    def log_tail(self) -> str:
-        lines: list[str] = []
-        for path in (self.out_path, self.log_path):
-            try:
-                text = path.read_text(encoding="utf-8", errors="replace")
-            except OSError:
-                continue
-            tail = text.splitlines()[-LOG_TAIL_LINES:]
-            if tail:
-                lines.append(f"--- server {self.myid} ({self.host.ip}) {path.name}")
-                lines.extend(tail)
-        return "\n".join(lines) if lines else f"(server {self.myid}: no log output)"
 
 
 class ZooKeeperEnsemble:
@@ -160,21 +115,7 @@ class ZooKeeperEnsemble:
         member.reap()
         member.data_dir.mkdir(parents=True, exist_ok=True)
         self._write_files(member)
-        command = member.host.wrap(server_command(member.config_path, member.log_path))
-        out = open(member.out_path, "ab")  # closed in _Member.reap()
-        try:
-            member.proc = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=member.data_dir,
-                start_new_session=True,
-            )
-        except BaseException:
-            out.close()
-            raise
-        member.out = out
+        member.launch(member.host.wrap)
 
     def wait_serving(self, indices: Iterable[int] | None = None, *, timeout_s: float = 60.0) -> None:
         """Wait until servers ``indices`` (default all) report a serving mode; ``ZooKeeperStartError`` otherwise."""
@@ -199,48 +140,20 @@ class ZooKeeperEnsemble:
 
     def stop_server(self, i: int, timeout_s: float = 10.0) -> None:
         """SIGTERM server ``i``, SIGKILL after ``timeout_s``; does nothing if it is not running."""
-        member = self._members[i]
-        proc = member.proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            self._signal(member, signal.SIGCONT)
-            self._signal(member, signal.SIGTERM)
-            try:
-                proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self._signal(member, signal.SIGKILL)
-                proc.wait(timeout=10.0)
-        member.reap()
+        self._members[i].stop(timeout_s)
 
     def kill(self, i: int) -> None:
         """SIGKILL server ``i``; does nothing if it is not running."""
-        member = self._members[i]
-        proc = member.proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            self._signal(member, signal.SIGKILL)
-            proc.wait(timeout=10.0)
-        member.reap()
+        self._members[i].kill()
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop every server (SIGTERM to all at once, then SIGKILL what is left after ``timeout_s``). Idempotent."""
         for member in self._members:
             if member.running:
-                self._signal(member, signal.SIGCONT)
-                self._signal(member, signal.SIGTERM)
+                member.signal(signal.SIGCONT)
+                member.signal(signal.SIGTERM)
         for i in range(len(self._members)):
             self.stop_server(i, timeout_s=timeout_s)
-
-    @staticmethod
-    def _signal(member: _Member, sig: signal.Signals) -> None:
-        if member.proc is None:
-            return
-        try:
-            member.proc.send_signal(sig)
-        except ProcessLookupError:
-            pass
 
     # -- state ---------------------------------------------------------------------------------------------
 
@@ -248,8 +161,7 @@ class ZooKeeperEnsemble:
         return self._members[i].running
 
     def pid(self, i: int) -> int | None:
-        proc = self._members[i].proc
-        return proc.pid if proc is not None else None
+        return self._members[i].pid
 
     def mode(self, i: int, timeout_s: float = 1.0) -> str | None:
         """Server ``i``'s role per ``srvr`` (leader, follower, standalone, observer), or None when not serving."""

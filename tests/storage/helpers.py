@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import errno
+import os
 import subprocess
+import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -102,3 +105,21 @@ def tmpfs(mount: Path, size: str) -> Iterator[Path]:
 def grow_tmpfs(mount: Path, size: str) -> None:
     """The disk "repaired": the tmpfs at ``mount`` resized, its files kept."""
     subprocess.run(["mount", "-o", f"remount,size={size}", str(mount)], check=True, timeout=10)
+
+
+def fill_disk(directory: Path, *, chunk: int = 65536, max_bytes: int = 8 << 30) -> Path:
+    """Fill the file system holding ``directory`` with a new file until ENOSPC (someone else filling the disk);
+    the file, to remove for the repair. Any other error is raised; a disk that takes ``max_bytes`` is an
+    AssertionError (not the small disk the caller meant)."""
+    filler = directory / f"filler-{uuid.uuid4().hex[:6]}"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    try:
+        for _ in range(max_bytes // chunk):
+            os.write(fd, bytes(chunk))
+    except OSError as e:
+        if e.errno != errno.ENOSPC:
+            raise
+        return filler
+    finally:
+        os.close(fd)
+    raise AssertionError(f"{directory} took {max_bytes} bytes without filling up")

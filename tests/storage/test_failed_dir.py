@@ -8,8 +8,6 @@ more written there), the listeners hear it once, and the other directory keeps w
 
 from __future__ import annotations
 
-import errno
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +17,7 @@ from odradek.clock import ManualClock
 from odradek.protocol.errors import StorageError
 from odradek.storage.log import Log
 from odradek.storage.manager import CLEAN_SHUTDOWN_FILE, LogManager
-from tests.storage.helpers import T0, all_records, batch, grow_tmpfs, small_config, tmpfs
+from tests.storage.helpers import T0, all_records, batch, fill_disk, grow_tmpfs, small_config, tmpfs
 
 FILL_ATTEMPTS = 2000  # appends of ~100 bytes: far more than a 64 KiB tmpfs holds
 
@@ -112,15 +110,7 @@ def test_a_failed_checkpoint_takes_its_directory_offline(tmp_path: Path, tiny_di
     mgr.startup()
     mgr.create_log("t", 0)
     b = mgr.create_log("t", 1)
-    filler = tiny_disk / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)  # someone else fills the disk: no checkpoint fits any more
-    try:
-        for _ in range(64):
-            os.write(fd, b"x" * 4096)
-    except OSError as e:
-        assert e.errno == errno.ENOSPC
-    finally:
-        os.close(fd)
+    fill_disk(tiny_disk, chunk=4096)  # someone else fills the disk: no checkpoint fits any more
     mgr.checkpoint()
     assert tiny_disk.resolve() in mgr.offline_dirs and b.closed
     assert mgr.get_log("t", 0) is not None

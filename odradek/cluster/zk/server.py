@@ -28,7 +28,9 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 DEBIAN_JAR_DIR = Path("/usr/share/java")
@@ -156,24 +158,16 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-class ZooKeeperServer:
-    """One standalone ZooKeeper process whose files live in ``data_dir``."""
+class ZooKeeperProcess:
+    """One ``QuorumPeerMain`` child process and its files under ``data_dir`` (``zoo.cfg``, ``zookeeper.log``,
+    ``zookeeper.out``): launch, signals, stop, kill, the log's tail. A standalone server and every member of a
+    test ensemble (``tests/faults/zk_ensemble.py``) are one each. ``label`` names it in log tails."""
 
-    HOST = "127.0.0.1"
-
-    def __init__(self, data_dir: Path, port: int = 0, *, tick_time_ms: int = 500, force_sync: bool = False) -> None:
-        if tick_time_ms <= 0:
-            raise ValueError(f"tick_time_ms must be positive, got {tick_time_ms}")
+    def __init__(self, data_dir: Path, label: str = "") -> None:
         self.data_dir = Path(data_dir)
-        self.tick_time_ms = tick_time_ms
-        self.force_sync = force_sync
-        self._requested_port = port
-        self._port = port
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._out: object | None = None
-        self.start_seconds: float | None = None  # how long the last start() took until `srvr` answered
-
-    # -- files ---------------------------------------------------------------------------------------------
+        self.label = label
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._out: IO[bytes] | None = None
 
     @property
     def config_path(self) -> Path:
@@ -187,6 +181,116 @@ class ZooKeeperServer:
     def out_path(self) -> Path:
         return self.data_dir / "zookeeper.out"
 
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def launch(self, wrap: Callable[[list[str]], list[str]] | None = None) -> None:
+        """Start the server on ``config_path`` (written by the caller); ``wrap`` turns the command into the one to
+        run (e.g. inside a network namespace). Its stdout and stderr go to ``out_path``."""
+        command = server_command(self.config_path, self.log_path)
+        out = open(self.out_path, "ab")  # closed in reap()
+        try:
+            self.proc = subprocess.Popen(
+                wrap(command) if wrap is not None else command,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=self.data_dir,
+                start_new_session=True,  # a Ctrl-C in the terminal goes to pytest, which then stops us cleanly
+            )
+        except BaseException:
+            out.close()
+            raise
+        self._out = out
+
+    def signal(self, sig: signal.Signals) -> None:
+        if self.proc is None:
+            return
+        try:
+            self.proc.send_signal(sig)
+        except ProcessLookupError:
+            pass
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """SIGTERM, then SIGKILL after ``timeout_s``; does nothing if it is not running."""
+        proc = self.proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            self.signal(signal.SIGCONT)  # a paused JVM cannot act on SIGTERM
+            self.signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.signal(signal.SIGKILL)
+                proc.wait(timeout=10.0)
+        self.reap()
+
+    def kill(self) -> None:
+        """SIGKILL: the server dies without closing sessions (clients see a connection loss)."""
+        proc = self.proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            self.signal(signal.SIGKILL)
+            proc.wait(timeout=10.0)
+        self.reap()
+
+    def reap(self) -> None:
+        self.proc = None
+        out, self._out = self._out, None
+        if out is not None:
+            out.close()
+
+    def log_tail(self) -> str:
+        lines: list[str] = []
+        for path in (self.out_path, self.log_path):
+            try:
+                text = path.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            tail = text.splitlines()[-LOG_TAIL_LINES:]
+            if tail:
+                lines.append(f"--- {self.label}{path.name}")
+                lines.extend(tail)
+        return "\n".join(lines) if lines else f"({self.label}no log output)"
+
+
+class ZooKeeperServer:
+    """One standalone ZooKeeper process whose files live in ``data_dir``."""
+
+    HOST = "127.0.0.1"
+
+    def __init__(self, data_dir: Path, port: int = 0, *, tick_time_ms: int = 500, force_sync: bool = False) -> None:
+        if tick_time_ms <= 0:
+            raise ValueError(f"tick_time_ms must be positive, got {tick_time_ms}")
+        self.data_dir = Path(data_dir)
+        self.tick_time_ms = tick_time_ms
+        self.force_sync = force_sync
+        self._requested_port = port
+        self._port = port
+        self._process = ZooKeeperProcess(self.data_dir)
+        self.start_seconds: float | None = None  # how long the last start() took until `srvr` answered
+
+    # -- files ---------------------------------------------------------------------------------------------
+
+    @property
+    def config_path(self) -> Path:
+        return self._process.config_path
+
+    @property
+    def log_path(self) -> Path:
+        return self._process.log_path
+
+    @property
+    def out_path(self) -> Path:
+        return self._process.out_path
+
     def _write_config(self) -> None:
         (self.data_dir / "data").mkdir(parents=True, exist_ok=True)
         lines = config_lines(
@@ -197,9 +301,6 @@ class ZooKeeperServer:
             force_sync=self.force_sync,
         )
         self.config_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-
-    def _command(self) -> list[str]:
-        return server_command(self.config_path, self.log_path)
 
     # -- lifecycle -----------------------------------------------------------------------------------------
 
@@ -215,11 +316,11 @@ class ZooKeeperServer:
 
     @property
     def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
+        return self._process.running
 
     @property
     def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
+        return self._process.pid
 
     def start(self, timeout_s: float = 30.0) -> ZooKeeperServer:
         """Start the process and wait until ``srvr`` answers with a serving mode.
@@ -240,10 +341,10 @@ class ZooKeeperServer:
             if outcome == "serving":
                 self.start_seconds = time.monotonic() - began
                 return self
-            port_taken = outcome == "exited" and "Address already in use" in self._log_tail()
+            port_taken = outcome == "exited" and "Address already in use" in self._process.log_tail()
             if not (port_taken and attempt + 1 < attempts):
                 reason = "exited" if outcome == "exited" else f"did not answer `srvr` within {timeout_s:.1f}s"
-                tail = self._log_tail()
+                tail = self._process.log_tail()
                 self.kill()
                 raise ZooKeeperStartError(
                     f"ZooKeeper on {self.HOST}:{self._port} {reason} (data dir {self.data_dir}); "
@@ -255,27 +356,14 @@ class ZooKeeperServer:
     def _launch(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._write_config()
-        command = self._command()
-        out = open(self.out_path, "ab")  # closed in _reap()
-        try:
-            self._proc = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=self.data_dir,
-                start_new_session=True,  # a Ctrl-C in the terminal goes to pytest, which then stops us cleanly
-            )
-        except BaseException:
-            out.close()
-            raise
-        self._out = out
+        self._process.launch()
 
     def _wait_serving(self, deadline: float) -> str:
-        assert self._proc is not None
+        proc = self._process.proc
+        assert proc is not None
         delay = 0.01
         while True:
-            if self._proc.poll() is not None:
+            if proc.poll() is not None:
                 return "exited"
             answer = srvr(self.HOST, self._port, timeout_s=1.0)
             if answer is not None and any(mode in answer for mode in SERVING_MODES):
@@ -287,69 +375,25 @@ class ZooKeeperServer:
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """SIGTERM, then SIGKILL after ``timeout_s``; does nothing if the server is not running."""
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            self._signal(signal.SIGCONT)  # a paused JVM cannot act on SIGTERM
-            self._signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self._signal(signal.SIGKILL)
-                proc.wait(timeout=10.0)
-        self._reap()
+        self._process.stop(timeout_s)
 
     def kill(self) -> None:
         """SIGKILL: the server dies without closing sessions (clients see a connection loss)."""
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            self._signal(signal.SIGKILL)
-            proc.wait(timeout=10.0)
-        self._reap()
+        self._process.kill()
 
     def pause(self) -> None:
         """SIGSTOP: connections stay open but nothing is answered, not even pings."""
         self._require_running("pause")
-        self._signal(signal.SIGSTOP)
+        self._process.signal(signal.SIGSTOP)
 
     def resume(self) -> None:
         """SIGCONT after ``pause()``."""
         self._require_running("resume")
-        self._signal(signal.SIGCONT)
+        self._process.signal(signal.SIGCONT)
 
     def _require_running(self, what: str) -> None:
         if not self.running:
             raise ZooKeeperError(f"cannot {what} ZooKeeper on port {self._port}: it is not running")
-
-    def _signal(self, sig: signal.Signals) -> None:
-        assert self._proc is not None
-        try:
-            self._proc.send_signal(sig)
-        except ProcessLookupError:
-            pass
-
-    def _reap(self) -> None:
-        self._proc = None
-        out = self._out
-        self._out = None
-        if out is not None:
-            out.close()  # type: ignore[attr-defined]
-
-    def _log_tail(self) -> str:
-        lines: list[str] = []
-        for path in (self.out_path, self.log_path):
-            try:
-                text = path.read_text(encoding="utf-8", errors="replace")
-            except OSError:
-                continue
-            tail = text.splitlines()[-LOG_TAIL_LINES:]
-            if tail:
-                lines.append(f"--- {path.name}")
-                lines.extend(tail)
-        return "\n".join(lines) if lines else "(no log output)"
 
     def __enter__(self) -> ZooKeeperServer:
         return self.start()
