@@ -4,7 +4,8 @@ Three brokers and a three-node ZooKeeper ensemble, each in its own network names
 clients (``workload.py``: two idempotent producers, a transactional producer committing and aborting, a
 read_committed consumer) stay in the root namespace and can always reach every broker. One topic, 3
 partitions, replication factor 3, ``min.insync.replicas=2``, unclean elections off. Each broker's first log
-directory is a tmpfs of its own (the topic is created first, so its partitions 0 and 2 live there).
+directory is a tmpfs of its own (the topic is created first, so its partitions 0 and 2 live there; partition 0
+is never reassigned, since a replica added back lands in whichever directory holds fewest partitions).
 
 The nemesis runs each fault of ``SCHEDULE`` in turn (in a shuffled order per round after the first), heals
 it, waits until every broker is registered and every partition's ISR is full again, and requires the
@@ -231,7 +232,7 @@ def kill_loop_with_reassignments_and_elections(w: World, rng: random.Random) -> 
         for _ in range(3):
             victim = w.broker(rng.choice(sorted(w.cluster.brokers)))
             victim.kill()
-            p = rng.randrange(PARTITIONS)
+            p = rng.randrange(1, PARTITIONS)  # partition 0 stays in the tmpfs for the disk faults
             tp = KTopicPartition(w.topic, p)
             replicas = list(w.cluster.partitions(w.topic)[p].replicas)
             keep = [r for r in replicas if r != victim.broker_id] or replicas[:2]
@@ -264,8 +265,10 @@ def _reassigned(admin: KafkaAdminClient, tp: KTopicPartition, target: list[int])
 
 
 def follower_then_leader_disk_full(w: World, rng: random.Random) -> Heal:
-    lead = w.leader(0)  # partition 0 lives in every broker's tmpfs
+    lead = w.leader(0)
     follower = rng.choice(w.others(lead))
+    for b in (follower, lead):
+        assert (w.disks[b] / f"{w.topic}-0").is_dir(), f"{w.topic}-0 is not in broker {b}'s tmpfs"
     fillers = [fill_disk(w.disks[follower])]
     wait_until(lambda: follower not in w.cluster.isr_now(w.topic, 0), timeout_s=30,
                what=f"broker {follower}'s full disk to take its replica out of the ISR")
