@@ -5,7 +5,7 @@ Invariants:
   key, the value and the accepted range.
 - ``TOPIC_TO_BROKER_KEY`` maps each topic key to the broker-wide ``server.properties`` key that sets
   its default, exactly as Kafka names them.
-- Field types are int, str or bool; booleans are written ``true``/``false`` (as Kafka writes them) by
+- Field types are int, float, str or bool; booleans are written ``true``/``false`` (as Kafka writes them) by
   ``to_properties`` and read back case-insensitively by ``with_overrides``.
 - ``min.insync.replicas``, ``unclean.leader.election.enable`` and ``*.replication.throttled.replicas`` are
   replication settings kept here so a topic can override them like any other key; the storage layer itself
@@ -53,6 +53,10 @@ class LogConfig:
     message_timestamp_after_max_ms: int = LONG_MAX
     file_delete_delay_ms: int = 1 * MINUTES
     cleanup_policy: str = "delete"
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+    delete_retention_ms: int = 1 * DAYS
     min_insync_replicas: int = 1
     unclean_leader_election_enable: bool = False
     leader_replication_throttled_replicas: str = ""
@@ -87,14 +91,26 @@ class LogConfig:
                 f"message.timestamp.type={self.message_timestamp_type!r} is invalid: "
                 f"use {CREATE_TIME} or {LOG_APPEND_TIME}"
             )
-        policies = {p.strip() for p in self.cleanup_policy.split(",")}
-        if "compact" in policies:
-            raise InvalidConfigError(
-                "cleanup.policy=compact is not supported yet (log compaction is not implemented): "
-                "use cleanup.policy=delete"
-            )
-        if policies != {"delete"}:
-            raise InvalidConfigError(f"cleanup.policy={self.cleanup_policy!r} is invalid: use delete")
+        policies = {p.strip().lower() for p in self.cleanup_policy.split(",")}
+        if not policies or not policies <= {"delete", "compact"}:
+            raise InvalidConfigError(f"cleanup.policy={self.cleanup_policy!r} is invalid: use delete, compact or "
+                                     "compact,delete")
+        if not isinstance(self.min_cleanable_dirty_ratio, float) or not 0.0 <= self.min_cleanable_dirty_ratio <= 1.0:
+            raise InvalidConfigError(f"min.cleanable.dirty.ratio={self.min_cleanable_dirty_ratio!r} is invalid: it "
+                                     "must be a number between 0 and 1")
+        _at_least("min.compaction.lag.ms", self.min_compaction_lag_ms, 0)
+        _at_least("max.compaction.lag.ms", self.max_compaction_lag_ms, 1)
+        _at_least("delete.retention.ms", self.delete_retention_ms, 0)
+
+    @property
+    def compact(self) -> bool:
+        """cleanup.policy includes compact: the cleaner keeps the latest record per key."""
+        return "compact" in self.cleanup_policy.lower()
+
+    @property
+    def delete(self) -> bool:
+        """cleanup.policy includes delete: retention.ms and retention.bytes remove old segments."""
+        return "delete" in self.cleanup_policy.lower()
 
     @property
     def log_append_time(self) -> bool:
@@ -121,6 +137,11 @@ class LogConfig:
                     changes[name] = int(raw)
                 except (TypeError, ValueError):
                     raise InvalidConfigError(f"{key}={raw!r} is not an integer") from None
+            elif field is float:
+                try:
+                    changes[name] = float(raw)
+                except (TypeError, ValueError):
+                    raise InvalidConfigError(f"{key}={raw!r} is not a number") from None
             else:
                 changes[name] = str(raw)
         return replace(self, **changes)
@@ -147,6 +168,8 @@ def _to_str(value: Any) -> str:
 def _field_type(default: Any) -> type:
     if isinstance(default, bool):  # before int: bool is a subclass of int
         return bool
+    if isinstance(default, float):
+        return float
     return int if isinstance(default, int) else str
 
 
@@ -168,6 +191,10 @@ TOPIC_TO_BROKER_KEY: dict[str, str] = {
     "message.timestamp.after.max.ms": "log.message.timestamp.after.max.ms",
     "file.delete.delay.ms": "log.segment.delete.delay.ms",
     "cleanup.policy": "log.cleanup.policy",
+    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
+    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
+    "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
+    "delete.retention.ms": "log.cleaner.delete.retention.ms",
     "min.insync.replicas": "min.insync.replicas",
     "unclean.leader.election.enable": "unclean.leader.election.enable",
 }

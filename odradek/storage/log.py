@@ -53,6 +53,9 @@ from odradek.protocol.errors import (
 
 __all__ = ["AppendInfo", "Log", "RecordListTooLargeError", "TimestampOffset", "parse_log_dir_name"]
 from odradek.protocol.records import ControlType, build_control_batch, decode_records, iter_batches
+from odradek.storage.cleaner import swap as cleaner_swap
+from odradek.storage.cleaner.clean import CleanedSegment, discard_cleaned
+from odradek.storage.cleaner.planning import SegmentSummary
 from odradek.storage.config import LogConfig
 from odradek.storage.leader_epoch import LeaderEpochCache
 from odradek.storage.producer_state import (
@@ -115,6 +118,18 @@ class AppendInfo(NamedTuple):
     max_timestamp: int
     record_count: int
     size: int
+
+
+@dataclass(frozen=True, slots=True)
+class CleaningView:
+    """What the cleaner needs to plan a pass over a log, taken at one moment (``Log.cleaning_view``)."""
+
+    segments: tuple[LogSegment, ...]
+    summaries: tuple[SegmentSummary, ...]
+    log_start_offset: int
+    last_stable_offset: int
+    aborted: tuple[AbortedTxn, ...]
+    producer_last_offsets: dict[int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +234,7 @@ class Log:
         producer_state = producer_state or NoProducerState()
         try:
             directory.mkdir(parents=True, exist_ok=True)
+            cleaner_swap.recover(directory)  # a crash during the cleaner's swap: finish or undo it first
             for stale in directory.iterdir():
                 if stale.name.endswith((DELETED_SUFFIX, ".tmp")):
                     stale.unlink(missing_ok=True)
@@ -740,6 +756,52 @@ class Log:
                 break
         return out
 
+    # -- compaction (the cleaner plans from a view, cleans the files elsewhere, swaps the result in) -----------
+
+    def cleaning_view(self) -> CleaningView:
+        """The segments (the last one is active), their summaries, and the transactions and producers the
+        cleaner must respect."""
+        with self._lock:
+            segments = self._segments
+            summaries = []
+            for i, seg in enumerate(segments):
+                nxt = segments[i + 1].base_offset if i + 1 < len(segments) else self.next_offset
+                summaries.append(SegmentSummary(seg.base_offset, nxt, seg.size, seg.index.size_bytes,
+                                                seg.largest_timestamp if seg.size else -1,
+                                                seg.rolling_timestamp if seg.rolling_timestamp is not None else -1))
+            aborted = tuple(e for seg in self._txn_segments[0] for e in seg.txn_index.entries())
+            return CleaningView(segments, tuple(summaries), self.log_start_offset, self.last_stable_offset, aborted,
+                                self.producer_state.last_data_offsets())
+
+    @_reports_io_errors
+    def replace_with_cleaned(self, old: Sequence[LogSegment], cleaned: CleanedSegment) -> bool:
+        """Swap the cleaned segment (its ``*.cleaned`` files, written by a cleaner worker) in for ``old``, crash-safely
+        (``cleaner/swap.py``). False, with the cleaned files removed, if ``old`` are no longer the log's segments
+        (truncated, deleted by retention, the log closed) while it was cleaned."""
+        with self._lock:
+            segments = self._segments
+            try:
+                i = next(k for k, s in enumerate(segments) if s is old[0])
+            except StopIteration:
+                i = -1
+            if (self.closed or i < 0 or tuple(segments[i : i + len(old)]) != tuple(old)
+                    or i + len(old) >= len(segments) or any(s.deleted for s in old)):
+                discard_cleaned(self.directory, cleaned.base_offset)
+                return False
+            now = self.clock.milliseconds()
+            try:
+                cleaner_swap.commit(self.directory, cleaned.base_offset)
+                for seg in old:
+                    seg.mark_deleted()
+                    self._pending_deletes.append((now + self.config.file_delete_delay_ms, seg))
+                cleaner_swap.finish(self.directory, cleaned.base_offset)
+                new = LogSegment(self.directory, cleaned.base_offset, self.config, now_ms=now)
+                new.load_clean()
+            except OSError as e:
+                raise StorageError(f"{self.name}: cannot swap in the cleaned segment {cleaned.base_offset}: {e}") from e
+            self._set_segments((*segments[:i], new, *segments[i + len(old) :]))
+            return True
+
     # -- flushing --------------------------------------------------------------------------------
 
     @_reports_io_errors
@@ -774,16 +836,16 @@ class Log:
 
     @_reports_io_errors
     def delete_retained_segments(self, *, only_below_log_start: bool = False) -> int:
-        """Delete whole segments, oldest first, that are past ``retention.ms``/``retention.bytes`` or
-        wholly below the log start offset. As in Kafka, never the active segment and never one holding
-        offsets at or above the high watermark. Returns how many were deleted."""
+        """Delete whole segments, oldest first, that are past ``retention.ms``/``retention.bytes`` (only when
+        cleanup.policy includes delete) or wholly below the log start offset. As in Kafka, never the active
+        segment and never one holding offsets at or above the high watermark. Returns how many were deleted."""
         with self._lock:
             now = self.clock.milliseconds()
             segments = self._segments
             cfg = self.config
-            by_size = cfg.retention_bytes >= 0 and not only_below_log_start
+            by_size = cfg.retention_bytes >= 0 and not only_below_log_start and cfg.delete
             excess = sum(s.size for s in segments) - cfg.retention_bytes if by_size else -1
-            by_time = cfg.retention_ms >= 0 and not only_below_log_start
+            by_time = cfg.retention_ms >= 0 and not only_below_log_start and cfg.delete
             doomed = 0
             for i, seg in enumerate(segments[:-1]):
                 next_base = segments[i + 1].base_offset
@@ -866,12 +928,16 @@ class Log:
             target = keep[-1]
             if not target.index.writable:
                 target.make_active()
+            found = target.translate_offset(offset)
+            # The new end is ``offset`` (as Kafka's truncateTo), unless the batch holding it starts below it and goes
+            # whole; a compacted log may hold nothing between its last kept batch and ``offset``.
+            new_end = offset if found is None else min(offset, found[1].base_offset)
             target.truncate_to(offset)
             self._set_segments(keep)
             for seg in drop:
                 seg.mark_deleted()
                 self._pending_deletes.append((now + self.config.file_delete_delay_ms, seg))
-            self.next_offset = target.next_offset
+            self.next_offset = max(target.next_offset, new_end)
             self._after_truncation()
             return True
 

@@ -7,6 +7,8 @@ Layout of each directory in ``log.dirs``::
     recovery-point-offset-checkpoint   topic partition offset: everything below is fsynced
     log-start-offset-checkpoint        topic partition offset: first offset still visible
     replication-offset-checkpoint      topic partition offset: the high watermark
+    cleaner-offset-checkpoint          topic partition offset: where the cleaner's next pass starts (compacted
+                                       logs only; cleaner/cleaner.py)
     <topic>-<partition>/               one partition log each (see log.py, docs/log-format.md)
 
 Invariants:
@@ -44,6 +46,7 @@ from pathlib import Path
 from odradek.clock import SYSTEM_CLOCK, Clock
 from odradek.protocol.errors import KafkaError, StorageError
 from odradek.storage.checkpoint import OffsetCheckpointFile, write_atomically
+from odradek.storage.cleaner.cleaner import CleanerConfig, LogCleaner
 from odradek.storage.config import MINUTES, LogConfig
 from odradek.storage.log import Log, is_io_error, parse_log_dir_name
 from odradek.storage.producer_state import ProducerStateHook
@@ -83,6 +86,7 @@ class LogManager:
         retention_check_interval_ms: int = 5 * MINUTES,
         checkpoint_interval_ms: int = 1 * MINUTES,
         background_flush: bool = True,
+        cleaner_config: CleanerConfig | None = None,
     ) -> None:
         if not log_dirs:
             raise StorageError("no log directory given: set log.dirs")
@@ -107,6 +111,7 @@ class LogManager:
         self._offline: dict[TopicPartition, Path] = {}  # partitions whose log is in an offline directory
         # told (from whichever thread saw the failure) once per directory: (directory, its partitions, why)
         self.on_dir_failure: list[Callable[[Path, list[TopicPartition], str], None]] = []
+        self.cleaner = LogCleaner(cleaner_config or CleanerConfig(), self._cleaner_logs, clock=clock)
 
     # -- startup ---------------------------------------------------------------------------------
 
@@ -130,6 +135,7 @@ class LogManager:
                                "restart the broker")
         self.started = True
         self.checkpoint()
+        self.cleaner.start()
         log.info("loaded %d partition logs from %d directories in %.0f ms", len(self._logs), len(self.log_dirs),
                  (time.monotonic() - started) * 1000)
 
@@ -308,6 +314,11 @@ class LogManager:
                 raise
             return self._adopt(tp, d, created)
 
+    def _cleaner_logs(self) -> Iterator[tuple[TopicPartition, Path, Log]]:
+        with self._lock:
+            items = [(tp, self._dir_of[tp], lg) for tp, lg in self._logs.items()]
+        return iter(items)
+
     def dir_of(self, topic: str, partition: int) -> Path | None:
         """The log directory holding the partition's log, None if there is none here."""
         return self._dir_of.get((topic, partition))
@@ -402,6 +413,7 @@ class LogManager:
 
     def shutdown(self) -> None:
         """Flush and close every log, write checkpoints, mark the shutdown clean, unlock."""
+        self.cleaner.stop()
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None

@@ -179,6 +179,8 @@ class ProducerStateHook(Protocol):
 
     def active_producers(self) -> list[ActiveProducer]: ...
 
+    def last_data_offsets(self) -> dict[int, int]: ...
+
     def take_snapshot(self, offset: int) -> None: ...
 
     def load(self, log_start: int, log_end: int, batches_from: BatchesFrom, *, replay_from: int | None = None,
@@ -211,6 +213,9 @@ class NoProducerState:
 
     def active_producers(self) -> list[ActiveProducer]:
         return []
+
+    def last_data_offsets(self) -> dict[int, int]:
+        return {}
 
     def take_snapshot(self, offset: int) -> None:
         return None
@@ -453,6 +458,11 @@ class ProducerStateManager:
     def active_producers(self) -> list[ActiveProducer]:
         return [ActiveProducer(e.producer_id, e.epoch, e.last_seq, e.last_timestamp, e.coordinator_epoch,
                                e.current_txn_first_offset) for e in list(self.producers.values())]
+
+    def last_data_offsets(self) -> dict[int, int]:
+        """Producer id -> last offset of its last data batch in the log (the cleaner keeps that batch, so the
+        state rebuilt from the log after compaction is the same)."""
+        return {pid: e.last_offset for pid, e in list(self.producers.items()) if e.last_offset >= 0}
 
     def remove_expired(self, now_ms: int) -> int:
         """Forget producers silent for longer than ``producer.id.expiration.ms``; how many went."""

@@ -1,0 +1,401 @@
+"""Cleaning one log: the work a cleaner worker process does on the files, with no ``Log`` object and no lock.
+
+Kafka's ``Cleaner.doClean``, as Odradek runs it (the broker plans the task, a worker process runs ``clean``, the
+broker swaps the result in: ``swap.py``, ``cleaner.py``):
+
+1. Map the dirty part ``[first_dirty, first_uncleanable)``: for every key, the offset of its latest record
+   (``OffsetMap``), skipping control batches and aborted transactions' batches. A map that fills up stops at a
+   record; the pass then cleans up to that record and the next pass starts there (a log that does not fit the
+   buffer is cleaned in passes).
+2. Rewrite the log from its start up to the end of the map, in groups of consecutive segments that fit one
+   segment (``planning.group_by_size``), each into new files ``<base>.*.cleaned`` named after the group's first
+   segment. A record survives when it is its key's latest (or its key is not in the map: it was last written
+   in the clean part); a tombstone (null value) also needs its batch's delete horizon not to have passed;
+   records without a key are dropped (they cannot be compacted: Kafka counts them as invalid).
+3. Transactions: batches of aborted transactions are dropped whole; an ABORT marker stays while this pass
+   still saw (and dropped) data of its transaction, and its entry goes to the cleaned segment's transaction
+   index; a COMMIT marker stays while data of its transaction survive. A marker that may go stays until its
+   delete horizon passes. The last data batch of every producer the partition keeps state for is retained,
+   emptied if need be, so idempotent producers keep their sequence (Kafka's ``RETAIN_EMPTY``).
+4. A kept batch that holds a tombstone, or a kept marker, without a delete horizon gets one: now +
+   ``delete.retention.ms`` (KIP-534). Tombstones and markers stay at least that long after the cleaning that
+   made them eligible, so a consumer that was reading the log when they were cleaned still sees them.
+
+Invariants:
+- Reads only segments below the first uncleanable offset (never appended to; the broker checks at the swap
+  that they are still the log's) and writes only ``*.cleaned`` files and the scratch directory; never renames or
+  deletes a file of the log.
+- Offsets never change (``batch_filter``); a cleaned segment's batches are exactly the kept batches of the
+  segments it replaces, in order.
+- Memory: the offset map (``memory_bytes``), one read chunk (``io_buffer_bytes``, larger only for a larger
+  batch) and one write chunk — whatever the log's size.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from odradek.protocol import batch as rb
+from odradek.protocol.errors import CorruptRecordError
+from odradek.protocol.records import ControlType, parse_control_key
+from odradek.storage.cleaner.batch_filter import (
+    RecordSpan,
+    batch_body,
+    has_delete_horizon,
+    rewrite_batch,
+    scan_records,
+)
+from odradek.storage.cleaner.offset_map import OffsetMap
+from odradek.storage.cleaner.planning import SegmentSummary, group_by_size
+from odradek.storage.config import LogConfig
+from odradek.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, segment_name
+from odradek.storage.txn_index import TXN_INDEX_SUFFIX, AbortedTxn
+
+CLEANED_SUFFIX = ".cleaned"
+SCRATCH_DIR = "cleaner-scratch"
+SEGMENT_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, LOG_SUFFIX)  # the log file last
+
+
+@dataclass(frozen=True, slots=True)
+class CleanTask:
+    """Everything a worker needs to clean one log (picklable)."""
+
+    directory: str
+    name: str
+    segments: tuple[SegmentSummary, ...]  # every segment below first_uncleanable, from the log start
+    first_dirty: int
+    first_uncleanable: int
+    aborted: tuple[AbortedTxn, ...]  # every aborted transaction the log's transaction indexes hold
+    producer_last_offsets: dict[int, int]  # producer id -> last offset of its last data batch
+    config: LogConfig  # segment.bytes / segment.index.bytes / index.interval.bytes of the cleaned segments
+    now_ms: int
+    delete_retention_ms: int
+    memory_bytes: int
+    load_factor: float = 0.9
+    io_buffer_bytes: int = 512 * 1024
+    max_io_bytes_per_second: float = float("inf")
+
+
+@dataclass(frozen=True, slots=True)
+class CleanedSegment:
+    base_offset: int  # the first replaced segment's
+    replaces: tuple[int, ...]  # base offsets of the segments it replaces, in order
+    size: int
+
+
+@dataclass(slots=True)
+class CleanStats:
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_read: int = 0
+    records_kept: int = 0
+    map_bytes_read: int = 0
+    map_records: int = 0
+    map_utilization: float = 0.0
+    tombstones_removed: int = 0
+    markers_removed: int = 0
+    aborted_batches_removed: int = 0
+    keyless_removed: int = 0
+    seconds: float = 0.0
+    throttled_seconds: float = 0.0
+
+
+@dataclass(slots=True)
+class CleanResult:
+    segments: list[CleanedSegment]
+    end_offset: int  # the next pass's first dirty offset
+    stats: CleanStats = field(default_factory=CleanStats)
+
+
+class Throttler:
+    """``log.cleaner.io.max.bytes.per.second``: sleeps whenever the bytes moved run ahead of the rate."""
+
+    def __init__(self, rate: float, stats: CleanStats) -> None:
+        self.rate = rate
+        self.stats = stats
+        self.started = time.monotonic()
+        self.moved = 0
+
+    def account(self, n: int) -> None:
+        if self.rate == float("inf") or self.rate <= 0:
+            return
+        self.moved += n
+        ahead = self.moved / self.rate - (time.monotonic() - self.started)
+        if ahead > 0.005:
+            time.sleep(ahead)
+            self.stats.throttled_seconds += ahead
+
+
+_MAPS: dict[tuple[int, float], OffsetMap] = {}
+
+
+def _offset_map(memory_bytes: int, load_factor: float) -> OffsetMap:
+    """The worker's map, allocated once per size and cleared between logs (its buffer stays the configured
+    size: the worker's memory does not grow with the logs it cleans)."""
+    key = (memory_bytes, load_factor)
+    m = _MAPS.get(key)
+    if m is None:
+        _MAPS.clear()
+        m = _MAPS[key] = OffsetMap(memory_bytes, load_factor)
+    else:
+        m.clear()
+    return m
+
+
+def _batches(path: Path, size: int, chunk: int, throttle: Throttler) -> Iterator[tuple[bytes, rb.BatchHeader]]:
+    """Every batch of the first ``size`` bytes of ``path``, CRC-checked, reading ``chunk`` bytes at a time."""
+    with open(path, "rb", buffering=0) as f:
+        fd = f.fileno()
+        pos = 0
+        while pos < size:
+            data = os.pread(fd, min(max(chunk, rb.HEADER_SIZE), size - pos), pos)
+            if len(data) < rb.LOG_OVERHEAD:
+                raise CorruptRecordError(f"{path} ends at byte {pos + len(data)}, before its {size} bytes")
+            throttle.account(len(data))
+            at = 0
+            while at + rb.LOG_OVERHEAD <= len(data):
+                _, length = rb.read_prefix(data, at)
+                whole = length + rb.LOG_OVERHEAD
+                if at + whole > len(data):
+                    if at == 0:  # a batch larger than the chunk: read it whole
+                        data = os.pread(fd, whole, pos)
+                        throttle.account(len(data))
+                        if len(data) < whole:
+                            raise CorruptRecordError(f"{path}: batch at byte {pos} is cut short")
+                        continue
+                    break
+                header = rb.check_batch(data, at, available=whole)
+                yield data[at : at + whole], header
+                at += whole
+            if at == 0:
+                raise CorruptRecordError(f"{path}: no whole batch at byte {pos}")
+            pos += at
+
+
+class _Aborted:
+    """Which transactional batches belong to aborted transactions: per producer, the (first offset, marker
+    offset) ranges of the transaction indexes."""
+
+    def __init__(self, aborted: tuple[AbortedTxn, ...]) -> None:
+        ranges: dict[int, list[tuple[int, int]]] = {}
+        for txn in aborted:
+            ranges.setdefault(txn.producer_id, []).append((txn.first_offset, txn.last_offset))
+        self._firsts = {pid: [r[0] for r in sorted(rs)] for pid, rs in ranges.items()}
+        self._ranges = {pid: sorted(rs) for pid, rs in ranges.items()}
+        self._entries = {(t.producer_id, t.last_offset): t for t in aborted}
+
+    def covers(self, h: rb.BatchHeader) -> AbortedTxn | None:
+        firsts = self._firsts.get(h.producer_id)
+        if not firsts:
+            return None
+        i = bisect.bisect_right(firsts, h.base_offset) - 1
+        if i < 0:
+            return None
+        first, last = self._ranges[h.producer_id][i]
+        return self._entries[(h.producer_id, last)] if first <= h.base_offset <= last else None
+
+
+def build_offset_map(task: CleanTask, offset_map: OffsetMap, aborted: _Aborted, stats: CleanStats,
+                     throttle: Throttler) -> int:
+    """Map the dirty part; returns the offset the map covers up to (exclusive): ``first_uncleanable`` unless the
+    map filled up first."""
+    directory = Path(task.directory)
+    for seg in task.segments:
+        if seg.next_offset <= task.first_dirty:
+            continue
+        for raw, h in _batches(directory / (segment_name(seg.base_offset) + LOG_SUFFIX), seg.size,
+                               task.io_buffer_bytes, throttle):
+            stats.map_bytes_read += h.size
+            if h.last_offset < task.first_dirty or h.is_control:
+                continue
+            if h.base_offset >= task.first_uncleanable:
+                return task.first_uncleanable
+            if h.is_transactional and aborted.covers(h) is not None:
+                continue
+            for r in scan_records(batch_body(raw, h), h):
+                offset = h.base_offset + r.offset_delta
+                if offset < task.first_dirty or r.key is None:
+                    continue
+                if offset >= task.first_uncleanable:
+                    return task.first_uncleanable
+                if not offset_map.put(r.key, offset):
+                    return offset
+                stats.map_records += 1
+    return task.first_uncleanable
+
+
+def _marker_type(raw: bytes, h: rb.BatchHeader) -> ControlType:
+    records = scan_records(batch_body(raw, h), h)
+    if not records:
+        return ControlType.UNKNOWN
+    return parse_control_key(records[0].key).type
+
+
+class _Rewriter:
+    """The per-batch rules of step 2-4 for one pass, in log order."""
+
+    def __init__(self, task: CleanTask, offset_map: OffsetMap, aborted: _Aborted, stats: CleanStats) -> None:
+        self.task = task
+        self.map = offset_map
+        self.aborted = aborted
+        self.stats = stats
+        self.horizon = task.now_ms + task.delete_retention_ms
+        self.seen_aborted: dict[int, AbortedTxn] = {}  # producer -> its aborted transaction seen in this pass
+        self.seen_committed: set[int] = set()  # producers whose committed transaction's data this pass saw
+
+    def _last_of_producer(self, h: rb.BatchHeader) -> bool:
+        return h.producer_id >= 0 and self.task.producer_last_offsets.get(h.producer_id) == h.last_offset
+
+    def batch(self, raw: bytes, h: rb.BatchHeader) -> tuple[bytes | None, AbortedTxn | None]:
+        """What to write for this batch (None: nothing), and the aborted transaction to index with it."""
+        if h.is_control:
+            return self._marker(raw, h)
+        stats = self.stats
+        stats.records_read += h.record_count
+        aborted = self.aborted.covers(h) if h.is_transactional else None
+        if aborted is not None:
+            self.seen_aborted[h.producer_id] = aborted
+        elif h.is_transactional:
+            self.seen_committed.add(h.producer_id)
+        body = batch_body(raw, h)
+        records = scan_records(body, h)
+        if aborted is not None:
+            kept: list[RecordSpan] = []
+        else:
+            kept = self._kept(h, records)
+        if not kept and not self._last_of_producer(h):
+            if aborted is not None:
+                stats.aborted_batches_removed += 1
+            return None, None
+        stats.records_kept += len(kept)
+        stamp = (not has_delete_horizon(h) and any(not r.has_value for r in kept))
+        return rewrite_batch(raw, h, body, records, kept, delete_horizon=self.horizon if stamp else None), None
+
+    def _kept(self, h: rb.BatchHeader, records: list[RecordSpan]) -> list[RecordSpan]:
+        get = self.map.get
+        base = h.base_offset
+        expired = has_delete_horizon(h) and self.task.now_ms >= h.base_timestamp
+        kept = []
+        for r in records:
+            if r.key is None:
+                self.stats.keyless_removed += 1
+                continue
+            if base + r.offset_delta < get(r.key):
+                continue
+            if not r.has_value and expired:
+                self.stats.tombstones_removed += 1
+                continue
+            kept.append(r)
+        return kept
+
+    def _marker(self, raw: bytes, h: rb.BatchHeader) -> tuple[bytes | None, AbortedTxn | None]:
+        kind = _marker_type(raw, h)
+        entry = None
+        if kind is ControlType.ABORT:
+            entry = self.seen_aborted.pop(h.producer_id, None)
+            may_go = entry is None
+        elif kind is ControlType.COMMIT:
+            may_go = h.producer_id not in self.seen_committed
+            self.seen_committed.discard(h.producer_id)
+        else:
+            may_go = False
+        horizon_passed = has_delete_horizon(h) and self.task.now_ms >= h.base_timestamp
+        if may_go and horizon_passed and not self._last_of_producer(h):
+            self.stats.markers_removed += 1
+            return None, None
+        if has_delete_horizon(h):
+            return raw, entry
+        records = scan_records(batch_body(raw, h), h)
+        return rewrite_batch(raw, h, batch_body(raw, h), records, records, delete_horizon=self.horizon), entry
+
+
+def _write_group(task: CleanTask, group: list[SegmentSummary], rewriter: _Rewriter, scratch: Path,
+                 throttle: Throttler) -> CleanedSegment:
+    directory = Path(task.directory)
+    base = group[0].base_offset
+    dest = LogSegment.create(scratch, base, task.config, now_ms=task.now_ms)
+    try:
+        pending: list[bytes] = []
+        headers: list[rb.BatchHeader] = []
+        pending_bytes = 0
+        for seg in group:
+            for raw, h in _batches(directory / (segment_name(seg.base_offset) + LOG_SUFFIX), seg.size,
+                                   task.io_buffer_bytes, throttle):
+                rewriter.stats.bytes_read += h.size
+                out, entry = rewriter.batch(raw, h)
+                if out is None:
+                    continue
+                if entry is not None:
+                    dest.txn_index.append(entry)
+                pending.append(out)
+                headers.append(rb.parse_header(out))
+                pending_bytes += len(out)
+                if pending_bytes >= task.io_buffer_bytes:
+                    dest.append(b"".join(pending), headers)
+                    throttle.account(pending_bytes)
+                    rewriter.stats.bytes_written += pending_bytes
+                    pending, headers, pending_bytes = [], [], 0
+        if pending:
+            dest.append(b"".join(pending), headers)
+            throttle.account(pending_bytes)
+            rewriter.stats.bytes_written += pending_bytes
+        dest.on_roll()
+        dest.flush()
+        size = dest.size
+    finally:
+        dest.close()
+    stem = segment_name(base)
+    (scratch / (stem + TXN_INDEX_SUFFIX)).touch()  # always one: the swap must replace the old one's, if any
+    for suffix in SEGMENT_SUFFIXES:
+        os.replace(scratch / (stem + suffix), directory / (stem + suffix + CLEANED_SUFFIX))
+    return CleanedSegment(base, tuple(s.base_offset for s in group), size)
+
+
+def clean(task: CleanTask) -> CleanResult:
+    """Clean the log ``task`` describes into ``*.cleaned`` files (see the module docstring). Raises
+    ``CorruptRecordError`` (a damaged batch: the log is left alone) or ``OSError``; the scratch files are
+    removed either way."""
+    started = time.monotonic()
+    stats = CleanStats()
+    throttle = Throttler(task.max_io_bytes_per_second, stats)
+    offset_map = _offset_map(task.memory_bytes, task.load_factor)
+    aborted = _Aborted(task.aborted)
+    end = build_offset_map(task, offset_map, aborted, stats, throttle)
+    stats.map_utilization = offset_map.utilization()
+    todo = [s for s in task.segments if s.base_offset < end]
+    groups = group_by_size(todo, max_size=task.config.segment_bytes, max_index_bytes=task.config.segment_index_bytes,
+                           first_uncleanable=2**63 - 1)
+    directory = Path(task.directory)
+    scratch = directory / SCRATCH_DIR
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir()
+    rewriter = _Rewriter(task, offset_map, aborted, stats)
+    cleaned: list[CleanedSegment] = []
+    try:
+        for group in groups:
+            cleaned.append(_write_group(task, group, rewriter, scratch, throttle))
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except BaseException:
+        for c in cleaned:
+            discard_cleaned(directory, c.base_offset)
+        raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    stats.seconds = time.monotonic() - started
+    return CleanResult(cleaned, end, stats)
+
+
+def discard_cleaned(directory: Path, base_offset: int) -> None:
+    stem = segment_name(base_offset)
+    for suffix in SEGMENT_SUFFIXES:
+        (directory / (stem + suffix + CLEANED_SUFFIX)).unlink(missing_ok=True)
