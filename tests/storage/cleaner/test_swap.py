@@ -23,9 +23,9 @@ class Crash(Exception):
     """The machine stops here."""
 
 
-def _append(lg: Log, rounds: int, tag: int) -> None:
+def _append(lg: Log, rounds: int, tag: int, keys: int = KEYS) -> None:
     for i in range(rounds):
-        lg.append(build_batch([RecordInput(b"k%d" % ((i * 3 + j) % KEYS), b"value-%d-%d-%d" % (tag, i, j), T0 + i)
+        lg.append(build_batch([RecordInput(b"k%d" % ((i * 3 + j) % keys), b"value-%d-%d-%d" % (tag, i, j), T0 + i)
                                for j in range(3)]))
     lg.update_high_watermark(lg.next_offset)
 
@@ -35,10 +35,11 @@ def _compacted_log(path: Path) -> Log:
     several segments into one."""
     cfg = small_config(cleanup_policy="compact", segment_bytes=2048)
     lg = Log.open(path, cfg)
-    _append(lg, 60, 0)
+    _append(lg, 20, 0)
+    _append(lg, 40, 0, keys=3)  # k3..k6 keep their values in the first segments
     task, segments = _task(lg)
     _swap(lg, segments, clean(task))
-    _append(lg, 30, 1)
+    _append(lg, 30, 1, keys=3)
     assert len(lg.segments) >= 4
     return lg
 
@@ -79,7 +80,7 @@ def _clean_into_copy(tmp_path: Path) -> tuple[list[Any], list[Any]]:
     before = _state(lg)
     task, segments = _task(lg)
     result = clean(task)
-    assert any(len(c.replaces) > 1 for c in result.segments), "no group of several segments to swap"
+    assert any(len(c.replaces) > 1 and c.size for c in result.segments), "no group of several segments to swap"
     assert all(_swap(lg, segments, result))
     after = _state(lg)
     lg.close()
@@ -119,10 +120,14 @@ def test_a_crash_at_every_rename_of_the_swap_leaves_the_old_or_the_new_segments(
         shutil.copytree(lg.directory, disk)  # what the disk holds at the crash
         reopened = Log.open(disk, lg.config)
         state = _state(reopened)
+        overlaps = [(a.base_offset, a.next_offset, b.base_offset) for a, b in zip(reopened.segments,
+                                                                               reopened.segments[1:], strict=False)
+                    if a.next_offset > b.base_offset]
         leftovers = [p.name for p in disk.iterdir() if p.name.endswith((CLEANED_SUFFIX, ".swap"))]
         reopened.close()
         lg.close()
         assert not leftovers, f"crash at rename {crash_at} left {leftovers}"
+        assert not overlaps, f"crash at rename {crash_at}: old and new segments both live: {overlaps}"
         # Every group swaps on its own: each group's range is old or new, and the log is their union.
         assert _consistent(state, before, after), f"crash at rename {crash_at}: neither old nor new data:\n{state}"
         outcomes.append(state == after)
