@@ -77,6 +77,7 @@ class Broker:
             producer_state_factory=lambda directory, name: ProducerStateManager(
                 directory, name, expiration_ms=config.producer_id_expiration_ms),
             producer_expiration_check_interval_ms=config.producer_id_expiration_check_interval_ms,
+            cleaner_config=config.cleaner_config,
         )
         self.producer_ids: ProducerIdAllocator | ZkProducerIdAllocator = ProducerIdAllocator(config.log_dirs[0])
         self.replicated = config.zookeeper_connect is not None

@@ -31,6 +31,7 @@ from odradek.cluster.model import Endpoint
 from odradek.coordinator.group.config import GroupConfig
 from odradek.coordinator.txn.config import TxnConfig
 from odradek.protocol.errors import ErrorCode, InvalidConfigError, KafkaError
+from odradek.storage.cleaner.cleaner import CleanerConfig
 from odradek.storage.config import HOURS, LONG_MAX, MINUTES, TOPIC_TO_BROKER_KEY, LogConfig, MiB
 
 
@@ -72,6 +73,7 @@ DEFAULT_SECURITY_PROTOCOL_MAP = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL
 SECURITY_PROTOCOLS = frozenset({"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"})
 
 _LOG = LogConfig()
+_CLEANER = CleanerConfig()
 _GROUP = GroupConfig()
 _TXN = TxnConfig()
 KEYS: dict[str, Key] = {
@@ -152,7 +154,22 @@ KEYS: dict[str, Key] = {
         _k("log.message.timestamp.type", str, _LOG.message_timestamp_type, "message.timestamp.type default"),
         _k("log.message.timestamp.before.max.ms", int, _LOG.message_timestamp_before_max_ms, "default"),
         _k("log.message.timestamp.after.max.ms", int, _LOG.message_timestamp_after_max_ms, "default"),
-        _k("log.cleanup.policy", str, _LOG.cleanup_policy, "cleanup.policy default"),
+        _k("log.cleanup.policy", str, _LOG.cleanup_policy, "cleanup.policy default (delete, compact, compact,delete)"),
+        _k("log.cleaner.enable", _bool, _CLEANER.enable, "run the log cleaner (compacted topics need it)"),
+        _k("log.cleaner.threads", int, _CLEANER.threads, "cleaner threads (each drives one worker process)"),
+        _k("log.cleaner.dedupe.buffer.size", int, _CLEANER.dedupe_buffer_size,
+           "memory of the cleaners' offset maps, shared among the threads"),
+        _k("log.cleaner.io.buffer.size", int, _CLEANER.io_buffer_size, "a cleaner's read and write buffer"),
+        _k("log.cleaner.io.buffer.load.factor", float, _CLEANER.io_buffer_load_factor,
+           "how full a cleaner's offset map may get"),
+        _k("log.cleaner.io.max.bytes.per.second", float, _CLEANER.io_max_bytes_per_second,
+           "I/O the cleaners may do per second (read plus written), shared among the threads"),
+        _k("log.cleaner.backoff.ms", int, _CLEANER.backoff_ms, "pause of a cleaner that found nothing to clean"),
+        _k("log.cleaner.min.cleanable.ratio", float, _LOG.min_cleanable_dirty_ratio,
+           "min.cleanable.dirty.ratio default"),
+        _k("log.cleaner.min.compaction.lag.ms", int, _LOG.min_compaction_lag_ms, "min.compaction.lag.ms default"),
+        _k("log.cleaner.max.compaction.lag.ms", int, _LOG.max_compaction_lag_ms, "max.compaction.lag.ms default"),
+        _k("log.cleaner.delete.retention.ms", int, _LOG.delete_retention_ms, "delete.retention.ms default"),
         _k("cluster.id", str, None, "cluster id (generated and kept in meta.properties if unset)"),
         _k("fetch.max.bytes", int, 55 * 1024 * 1024, "largest fetch response"),
         _k("max.incremental.fetch.session.cache.slots", int, 1000, "fetch sessions kept"),
@@ -472,6 +489,16 @@ class BrokerConfig:
         self.txn_state_segment_bytes: int = values["transaction.state.log.segment.bytes"]
         self.txn_partition_verification: bool = values["transaction.partition.verification.enable"]
         self.log_config: LogConfig = default_log_config(values)
+        try:
+            self.cleaner_config = CleanerConfig(
+                enable=values["log.cleaner.enable"], threads=values["log.cleaner.threads"],
+                dedupe_buffer_size=values["log.cleaner.dedupe.buffer.size"],
+                io_buffer_size=values["log.cleaner.io.buffer.size"],
+                io_buffer_load_factor=values["log.cleaner.io.buffer.load.factor"],
+                io_max_bytes_per_second=values["log.cleaner.io.max.bytes.per.second"],
+                backoff_ms=values["log.cleaner.backoff.ms"])
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
 
     @property
     def zk_mode(self) -> bool:

@@ -54,6 +54,7 @@ from odradek.protocol.errors import (
 __all__ = ["AppendInfo", "Log", "RecordListTooLargeError", "TimestampOffset", "parse_log_dir_name"]
 from odradek.protocol.records import ControlType, build_control_batch, decode_records, iter_batches
 from odradek.storage.cleaner import swap as cleaner_swap
+from odradek.storage.cleaner.batch_filter import KEY, batch_body, scan_records
 from odradek.storage.cleaner.clean import CleanedSegment, discard_cleaned
 from odradek.storage.cleaner.planning import SegmentSummary
 from odradek.storage.config import LogConfig
@@ -150,6 +151,19 @@ def _markers_of(records: bytes | bytearray | memoryview, headers: Sequence[rb.Ba
         out.append(read_marker(view[pos : pos + h.size]) if h.attributes & rb.CONTROL_BIT else None)
         pos += h.size
     return out
+
+
+def _check_keys(records: bytes | bytearray | memoryview, headers: Sequence[rb.BatchHeader], name: str) -> None:
+    """A compacted topic refuses records without a key (Kafka's LogValidator): they could never be compacted.
+    The only record-by-record look at a produced batch, and only for compacted topics."""
+    view = memoryview(records)
+    pos = 0
+    for h in headers:
+        raw = view[pos : pos + h.size]
+        pos += h.size
+        if any(r[KEY] is None for r in scan_records(batch_body(raw, h), h)):
+            raise InvalidRecordError(f"Compacted topic cannot accept message without key in topic partition {name}: "
+                                     "give every record a key, or use cleanup.policy=delete")
 
 
 def parse_log_dir_name(name: str) -> tuple[str, int] | None:
@@ -403,6 +417,8 @@ class Log:
             raise RecordListTooLargeError(
                 f"record set of {total} bytes is larger than segment.bytes={cfg.segment_bytes}"
             )
+        if cfg.compact and from_client:
+            _check_keys(records, headers, self.name)
         markers = None if from_client else _markers_of(records, headers)
         return self._append(records, headers, markers, leader_epoch, assign_offsets)
 

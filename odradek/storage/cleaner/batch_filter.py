@@ -20,7 +20,6 @@ Invariants of ``rewrite_batch``:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
 
 from odradek.protocol import batch as rb
 from odradek.protocol.compression import compress, decompress
@@ -30,17 +29,12 @@ from odradek.protocol.records import encode_varint, encode_varlong
 DELETE_HORIZON_BIT = 0x40  # attributes bit 6 (KIP-534): baseTimestamp holds the delete horizon
 
 
-class RecordSpan(NamedTuple):
-    """Where one record lies in a batch's (decompressed) body, and what the cleaner needs of it."""
-
-    start: int  # its length prefix
-    ts_at: int  # its timestamp delta (after the attributes byte)
-    after_ts: int  # the byte after the timestamp delta
-    end: int  # one past its last byte
-    offset_delta: int
-    ts_delta: int
-    key: bytes | None
-    has_value: bool
+RecordSpan = tuple[int, int, int, int, int, int, "bytes | None", bool]
+"""Where one record lies in a batch's (decompressed) body and what the cleaner needs of it, as a plain tuple (the
+scanner builds one per record: a NamedTuple costs a Python call each): its length prefix's position, its
+timestamp delta's position (after the attributes byte), the byte after the timestamp delta, one past its last
+byte, its offset delta, its timestamp delta, its key, whether it has a value."""
+START, TS_AT, AFTER_TS, END, OFFSET_DELTA, TS_DELTA, KEY, HAS_VALUE = range(8)
 
 
 def has_delete_horizon(header: rb.BatchHeader) -> bool:
@@ -70,54 +64,67 @@ def _varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
 
 
 def scan_records(body: bytes, header: rb.BatchHeader) -> list[RecordSpan]:
-    """Every record of the batch whose body is ``body``; ``CorruptRecordError`` if they do not fill it exactly."""
+    """Every record of the batch whose body is ``body``; ``CorruptRecordError`` if they do not fill it exactly.
+
+    The hot loop of the cleaner: varints of one and two bytes (record lengths up to 8 KiB, keys up to 8 KiB) are
+    decoded inline, longer ones by ``_varint``."""
     end = len(body)
     pos = 0
     out: list[RecordSpan] = []
     append = out.append
-    for index in range(header.record_count):
-        start = pos
-        if pos >= end:
-            raise CorruptRecordError(f"batch at offset {header.base_offset} declares {header.record_count} "
-                                     f"records but holds {index}")
-        b = body[pos]
-        if b < 0x80:
-            length, pos = (b >> 1) ^ -(b & 1), pos + 1
-        else:
-            length, pos = _varint(body, pos, end)
-        record_end = pos + length
-        if length <= 0 or record_end > end:
-            raise CorruptRecordError(f"record {index} of batch at offset {header.base_offset} declares {length} "
-                                     f"bytes but {end - pos} remain")
-        ts_at = pos + 1  # after the attributes byte
-        b = body[ts_at]
-        if b < 0x80:
-            ts_delta, pos = (b >> 1) ^ -(b & 1), ts_at + 1
-        else:
-            ts_delta, pos = _varint(body, ts_at, record_end)
-        after_ts = pos
-        b = body[pos]
-        if b < 0x80:
-            offset_delta, pos = (b >> 1) ^ -(b & 1), pos + 1
-        else:
-            offset_delta, pos = _varint(body, pos, record_end)
-        b = body[pos]
-        if b < 0x80:
-            key_len, pos = (b >> 1) ^ -(b & 1), pos + 1
-        else:
-            key_len, pos = _varint(body, pos, record_end)
-        if key_len >= 0:
-            key: bytes | None = body[pos : pos + key_len]
-            pos += key_len
-        else:
-            key = None
-        if pos >= record_end:
-            raise CorruptRecordError(f"record {index} of batch at offset {header.base_offset} ends inside its key")
-        append(RecordSpan(start, ts_at, after_ts, record_end, offset_delta, ts_delta, key, body[pos] != 1))
-        pos = record_end
-    if pos != end:
+    try:
+        for _ in range(header.record_count):
+            start = pos
+            b = body[pos]
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                c = body[pos + 1]
+                if c < 0x80:
+                    u = (b & 0x7F) | (c << 7)
+                    length = (u >> 1) ^ -(u & 1)
+                    pos += 2
+                else:
+                    length, pos = _varint(body, pos, end)
+            record_end = pos + length
+            if length <= 0 or record_end > end:
+                raise CorruptRecordError(f"a record of batch at offset {header.base_offset} declares {length} "
+                                         f"bytes but {end - pos} remain")
+            ts_at = pos + 1  # after the attributes byte
+            b = body[ts_at]
+            if b < 0x80:
+                ts_delta = (b >> 1) ^ -(b & 1)
+                pos = ts_at + 1
+            else:
+                ts_delta, pos = _varint(body, ts_at, record_end)
+            after_ts = pos
+            b = body[pos]
+            if b < 0x80:
+                offset_delta = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                offset_delta, pos = _varint(body, pos, record_end)
+            b = body[pos]
+            if b < 0x80:
+                key_len = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                key_len, pos = _varint(body, pos, record_end)
+            if key_len >= 0:
+                key: bytes | None = body[pos : pos + key_len]
+                pos += key_len
+            else:
+                key = None
+            if pos >= record_end:
+                raise CorruptRecordError(f"a record of batch at offset {header.base_offset} ends inside its key")
+            append((start, ts_at, after_ts, record_end, offset_delta, ts_delta, key, body[pos] != 1))
+            pos = record_end
+    except IndexError:
+        raise CorruptRecordError(f"batch at offset {header.base_offset} ends inside a record") from None
+    if pos != end or len(out) != header.record_count:
         raise CorruptRecordError(f"batch at offset {header.base_offset} declares {header.record_count} records "
-                                 f"but {end - pos} bytes remain after them")
+                                 f"but {end - pos} bytes remain after {len(out)}")
     return out
 
 
@@ -132,14 +139,14 @@ def rewrite_batch(raw: bytes | bytearray | memoryview, header: rb.BatchHeader, b
     base_ts = header.base_timestamp
     attributes = header.attributes
     if delete_horizon is None:
-        new_body = b"".join(body[r.start : r.end] for r in kept)
+        new_body = b"".join(body[r[START] : r[END]] for r in kept)
     else:
         attributes |= DELETE_HORIZON_BIT
         shift = base_ts - delete_horizon
         parts = []
         for r in kept:
-            rest = body[r.after_ts : r.end]
-            record = body[r.ts_at - 1 : r.ts_at] + encode_varlong(r.ts_delta + shift) + rest
+            rest = body[r[AFTER_TS] : r[END]]
+            record = body[r[TS_AT] - 1 : r[TS_AT]] + encode_varlong(r[TS_DELTA] + shift) + rest
             parts.append(encode_varint(len(record)))
             parts.append(record)
         new_body = b"".join(parts)
@@ -147,7 +154,7 @@ def rewrite_batch(raw: bytes | bytearray | memoryview, header: rb.BatchHeader, b
     if header.is_log_append_time or not kept:
         max_ts = header.max_timestamp
     else:
-        max_ts = header.base_timestamp + max(r.ts_delta for r in kept)
+        max_ts = header.base_timestamp + max(r[TS_DELTA] for r in kept)
     payload = compress(header.compression, new_body) if header.compression else new_body
     out = bytearray(rb.HEADER_SIZE + len(payload))
     rb.HEADER.pack_into(

@@ -45,6 +45,9 @@ from odradek.protocol import batch as rb
 from odradek.protocol.errors import CorruptRecordError
 from odradek.protocol.records import ControlType, parse_control_key
 from odradek.storage.cleaner.batch_filter import (
+    HAS_VALUE,
+    KEY,
+    OFFSET_DELTA,
     RecordSpan,
     batch_body,
     has_delete_horizon,
@@ -218,13 +221,16 @@ def build_offset_map(task: CleanTask, offset_map: OffsetMap, aborted: _Aborted, 
                 return task.first_uncleanable
             if h.is_transactional and aborted.covers(h) is not None:
                 continue
+            base = h.base_offset
+            put = offset_map.put
             for r in scan_records(batch_body(raw, h), h):
-                offset = h.base_offset + r.offset_delta
-                if offset < task.first_dirty or r.key is None:
+                offset = base + r[OFFSET_DELTA]
+                key = r[KEY]
+                if offset < task.first_dirty or key is None:
                     continue
                 if offset >= task.first_uncleanable:
                     return task.first_uncleanable
-                if not offset_map.put(r.key, offset):
+                if not put(key, offset):
                     return offset
                 stats.map_records += 1
     return task.first_uncleanable
@@ -234,7 +240,7 @@ def _marker_type(raw: bytes, h: rb.BatchHeader) -> ControlType:
     records = scan_records(batch_body(raw, h), h)
     if not records:
         return ControlType.UNKNOWN
-    return parse_control_key(records[0].key).type
+    return parse_control_key(records[0][KEY]).type
 
 
 class _Rewriter:
@@ -274,21 +280,22 @@ class _Rewriter:
                 stats.aborted_batches_removed += 1
             return None, None
         stats.records_kept += len(kept)
-        stamp = (not has_delete_horizon(h) and any(not r.has_value for r in kept))
+        stamp = (not has_delete_horizon(h) and not all(r[HAS_VALUE] for r in kept))
         return rewrite_batch(raw, h, body, records, kept, delete_horizon=self.horizon if stamp else None), None
 
     def _kept(self, h: rb.BatchHeader, records: list[RecordSpan]) -> list[RecordSpan]:
-        get = self.map.get
+        get = self.map.offsets.get
         base = h.base_offset
         expired = has_delete_horizon(h) and self.task.now_ms >= h.base_timestamp
         kept = []
         for r in records:
-            if r.key is None:
+            key = r[KEY]
+            if key is None:
                 self.stats.keyless_removed += 1
                 continue
-            if base + r.offset_delta < get(r.key):
+            if base + r[OFFSET_DELTA] < get(key, -1):
                 continue
-            if not r.has_value and expired:
+            if expired and not r[HAS_VALUE]:
                 self.stats.tombstones_removed += 1
                 continue
             kept.append(r)
