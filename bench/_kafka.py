@@ -271,6 +271,7 @@ class Broker:
     data_dir: Path
     tansu_exe: Path | None = None
     env: dict[str, str] = field(default_factory=dict)  # extra environment of the broker process
+    overrides: list[str] = field(default_factory=list)  # odradek: server.properties keys, key=value
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path = field(default_factory=Path)
@@ -286,6 +287,8 @@ class Broker:
         if self.kind == "odradek":
             cmd = [sys.executable, "-m", "odradek.cli.main", "--log-level", "WARNING", "serve",
                    "--port", str(self.port), "--data-dir", str(self.data_dir / "data")]
+            for kv in self.overrides:
+                cmd += ["--override", kv]
         elif self.kind == "tansu":
             assert self.tansu_exe is not None
             url = f"tcp://127.0.0.1:{self.port}"

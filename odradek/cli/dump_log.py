@@ -21,6 +21,9 @@ from odradek.protocol.compression import Compression
 from odradek.protocol.errors import KafkaError
 from odradek.protocol.records import ControlType, decode_records, parse_control_key, parse_end_txn_marker
 from odradek.storage import txn_index
+from odradek.storage.checkpoint import OffsetCheckpointFile
+from odradek.storage.cleaner.batch_filter import has_delete_horizon
+from odradek.storage.cleaner.cleaner import CLEANER_CHECKPOINT, CLEANER_METRICS
 from odradek.storage.producer_state import read_snapshot
 
 
@@ -30,7 +33,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help="print the batches of .log segments and the entries of index and snapshot files",
         description="Print the contents of segment (.log), offset index (.index), time index (.timeindex), "
         "aborted-transaction index (.txnindex) and producer snapshot (.snapshot) files, checking every "
-        "batch's CRC.",
+        "batch's CRC; also the log cleaner's progress (cleaner-offset-checkpoint) and its metrics "
+        "(log-cleaner-metrics, in the first data directory).",
     )
     p.add_argument("--files", nargs="+", required=True, type=Path, help="files to dump")
     p.add_argument("--print-data-log", action="store_true", help="also print each record's key and value")
@@ -44,6 +48,10 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         if not path.is_file():
             print(f"error: {path} is not a file", file=sys.stderr)
             status = 1
+        elif path.name == CLEANER_CHECKPOINT:
+            status |= dump_cleaner_checkpoint(path, out)
+        elif path.name == CLEANER_METRICS:
+            print(path.read_text(), end="", file=out)
         elif path.suffix == ".log":
             status |= dump_segment(path, args.print_data_log, out)
         elif path.suffix == ".index":
@@ -55,7 +63,8 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         elif path.suffix == ".snapshot":
             status |= dump_snapshot(path, out)
         else:
-            print(f"error: {path}: not a .log, .index, .timeindex, .txnindex or .snapshot file", file=sys.stderr)
+            print(f"error: {path}: not a .log, .index, .timeindex, .txnindex or .snapshot file, nor a "
+                  f"{CLEANER_CHECKPOINT} or {CLEANER_METRICS} file", file=sys.stderr)
             status = 1
     return status
 
@@ -102,6 +111,18 @@ def dump_index(path: Path, fmt: str, template: str, out: TextIO) -> None:
         print(template.format(a=a, b=b, base_plus_a=base + a, base_plus_b=base + b), file=out)
 
 
+def dump_cleaner_checkpoint(path: Path, out: TextIO) -> int:
+    """Where the cleaner's next pass starts in each compacted partition."""
+    try:
+        entries = OffsetCheckpointFile(path).read()
+    except KafkaError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    for (topic, partition), offset in sorted(entries.items()):
+        print(f"{topic}-{partition} cleaned up to offset {offset}", file=out)
+    return 0
+
+
 def dump_segment(path: Path, print_data: bool, out: TextIO) -> int:
     with open(path, "rb", buffering=0) as f:
         fd = f.fileno()
@@ -125,6 +146,7 @@ def dump_segment(path: Path, print_data: bool, out: TextIO) -> int:
                 f"baseSequence: {h.base_sequence} lastSequence: {h.last_sequence} producerId: {h.producer_id} "
                 f"producerEpoch: {h.producer_epoch} partitionLeaderEpoch: {h.partition_leader_epoch} "
                 f"isTransactional: {str(h.is_transactional).lower()} isControl: {str(h.is_control).lower()} "
+                f"deleteHorizonMs: {h.base_timestamp if has_delete_horizon(h) else 'OptionalLong.empty'} "
                 f"position: {pos} {ts_type}: {h.max_timestamp} size: {h.size} magic: {h.magic} "
                 f"compresscodec: {Compression(h.compression).name.lower()} crc: {h.crc} isvalid: true",
                 file=out,

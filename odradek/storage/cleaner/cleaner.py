@@ -3,8 +3,8 @@
 
 Execution model: cleaning is CPU-heavy Python (every record of a compacted log is read at each pass), and the
 broker's event loop must not wait on it. So each of the ``log.cleaner.threads`` cleaner threads owns one worker
-*process* (spawned on first use, niced so that the broker's threads win the CPU): the thread plans a pass from a
-consistent view of the log (``Log.cleaning_view``), sends the task to its worker (``clean.clean`` writes
+*process* (spawned on first use, at nice 19 so that the broker's threads win the CPU): the thread plans a pass from
+a consistent view of the log (``Log.cleaning_view``), sends the task to its worker (``clean.clean`` writes
 ``*.cleaned`` files), waits without holding any lock, and swaps the result in under the log's lock
 (``Log.replace_with_cleaned``: renames only). The worker's memory is its offset map
 (``log.cleaner.dedupe.buffer.size`` / threads) plus one I/O buffer.
@@ -38,16 +38,17 @@ from pathlib import Path
 from typing import Any
 
 from odradek.clock import SYSTEM_CLOCK, Clock
-from odradek.protocol.errors import StorageError
-from odradek.storage.checkpoint import OffsetCheckpointFile
+from odradek.protocol.errors import CorruptRecordError, StorageError
+from odradek.storage.checkpoint import OffsetCheckpointFile, write_atomically
 from odradek.storage.cleaner.clean import CleanResult, CleanTask, clean, discard_cleaned
 from odradek.storage.cleaner.planning import cleanable, compaction_overdue
 
 log = logging.getLogger(__name__)
 
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
+CLEANER_METRICS = "log-cleaner-metrics"  # Kafka's LogCleaner gauges, rewritten after each pass (dump-log shows it)
 TopicPartition = tuple[str, int]
-WORKER_NICENESS = 10
+WORKER_NICENESS = 19  # the lowest priority: the broker's threads win any contended CPU
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +169,7 @@ class LogCleaner:
         self._stopping = threading.Event()
         self._wake = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._workers: list[_Worker | None] = []
+        self._workers: list[_Worker | None] = [None] * config.threads
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -176,7 +177,6 @@ class LogCleaner:
         if not self.config.enable or self._threads:
             return
         self._stopping.clear()
-        self._workers = [None] * self.config.threads
         for i in range(self.config.threads):
             t = threading.Thread(target=self._run, args=(i,), name=f"odradek-cleaner-{i}", daemon=True)
             self._threads.append(t)
@@ -192,7 +192,7 @@ class LogCleaner:
         for w in self._workers:
             if w is not None:
                 w.stop()
-        self._workers = []
+        self._workers = [None] * self.config.threads
 
     def wake(self) -> None:
         """Look for work now (a log's config changed, a test wants a pass)."""
@@ -326,9 +326,10 @@ class LogCleaner:
                 self.stats.max_compaction_delay_ms = max(self.stats.max_compaction_delay_ms, delay)
         try:
             result = clean(task) if in_process else self._worker(index).run(task, self._stopping)
-        except _WorkerError as e:
-            if e.corrupt:
+        except (_WorkerError, CorruptRecordError) as e:
+            if isinstance(e, CorruptRecordError) or e.corrupt:
                 self._mark_uncleanable(target.tp, str(e))
+                self._publish(target.directory)
                 return
             raise
         except _Stopped:
@@ -339,6 +340,7 @@ class LogCleaner:
             return
         self._record_progress(target.directory, target.tp, result.end_offset)
         self._account(lg.name, c, result)
+        self._publish(target.directory)
 
     def _swap_in(self, lg: Any, segments: tuple[Any, ...], result: CleanResult) -> bool:
         by_base = {s.base_offset: s for s in segments}
@@ -368,11 +370,22 @@ class LogCleaner:
         log.info(
             "%s: cleaned up to offset %d in %.2f s (%.1f MB/s): %d of %d records kept, %.1f MB read, %.1f MB "
             "written (%.0f%% of the log was dirty); %d tombstones, %d transaction markers, %d aborted batches and %d "
-            "records without a key removed; offset map %.1f%% full (%d keys); throttled %.2f s",
+            "records without a key removed; offset map %.1f%% full (%d keys); throttled %.2f s; "
+            "uncleanable partitions %d, max compaction delay %.1f s",
             name, result.end_offset, s.seconds, rate, s.records_kept, s.records_read, s.bytes_read / 1e6,
             s.bytes_written / 1e6, 100 * c.dirty_ratio, s.tombstones_removed, s.markers_removed,
             s.aborted_batches_removed, s.keyless_removed, 100 * s.map_utilization, s.map_records,
-            s.throttled_seconds)
+            s.throttled_seconds, len(st.uncleanable), st.max_compaction_delay_ms / 1000)
+
+    def _publish(self, directory: Path) -> None:
+        """The gauges as ``name value`` lines in ``directory``/log-cleaner-metrics (atomically), with the
+        uncleanable partitions and why: what ``odradek dump-log`` shows an operator."""
+        lines = [f"{k} {v:g}" for k, v in self.metrics().items()]
+        lines += [f"uncleanable {t}-{p}: {why}" for (t, p), why in sorted(self.stats.uncleanable.items())]
+        try:
+            write_atomically(directory / CLEANER_METRICS, ("\n".join(lines) + "\n").encode())
+        except StorageError as e:
+            log.warning("cannot write %s in %s: %s", CLEANER_METRICS, directory, e)
 
     def metrics(self) -> dict[str, float]:
         """Kafka's LogCleaner gauges, by their names."""
