@@ -1,22 +1,25 @@
-"""What the two coordinator runtimes share: their internal topic, waiting requests, growth, reading back.
+"""What the two coordinator runtimes share: their internal topic, waiting requests, reading back.
 
 ``GroupRuntime`` (``__consumer_offsets``) and ``TxnRuntime`` (``__transaction_state``) each give a pure
 coordinator a clock and a log; this base holds the mechanics that do not depend on which coordinator:
 
-- ``create_topic``: the internal topic on first use (no retention, the runtime's segment size, never
-  deleted or produced to by clients) with a log per partition.
+- ``create_topic``: the internal topic on first use, compacted (``cleanup.policy=compact``, as Kafka's:
+  the log cleaner keeps the latest record of every key, so the topic stays bounded by the live state
+  plus what was written since the last cleaning), with the runtime's segment size, never deleted or
+  produced to by clients, with a log per partition. ``compact_existing_topic``: a topic created by an
+  earlier version (no cleanup.policy: the runtime then rewrote it itself) is switched to compaction.
 - ``await_reply``: run one operation with a fresh ticket and wait for the reply addressed to it;
   ``deliver`` hands replies to the waiting requests.
 - ``log_effects``: an operation's warnings and notes go to the broker's log.
-- Growth: each partition is rewritten to its live state once it has grown by more than a segment and
-  twice its live state since the last rewrite (``due_for_rewrite``, ``rewritten``).
 - ``stored_batches``: the batches of a partition in [start, end), read in chunks, for replay at load.
 - In a cluster: loading and unloading follow the leadership of the topic's partitions (load generations
   keep a superseded load from finishing), and replies to a write wait until it is committed
   (``deliver_when_replicated``; ``offsets.commit.timeout.ms``).
 
-Invariants: a reply reaches only a request still waiting for its ticket; growth after a failed rewrite
-counts the whole partition as live, so a failing rewrite is not retried after every write.
+Invariants: a reply reaches only a request still waiting for its ticket. A compacted partition replays to
+the coordinator's state because each coordinator's state for a key is what the latest record of that key
+says (below the last stable offset; transactions and earlier versions' copies: ``group_runtime.py``) and
+every deletion is written as a tombstone (a null value) for each key it removes.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from odradek.coordinator.group.effects import Effects, Reply
@@ -64,18 +66,14 @@ class CoordinatorHost(Protocol):
     def create_internal_topic(self, name: str, partitions: int, configs: dict[str, str], *,
                               replication_factor: int, min_isr: int | None = None) -> None: ...
 
+    def alter_topic_configs(self, name: str, configs: dict[str, str], *, validate_only: bool = False) -> None: ...
+
     def append_txn_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int, commit: bool,
                           coordinator_epoch: int) -> Partition: ...
 
 log = logging.getLogger(__name__)
 
 _READ_CHUNK = 1 << 20
-
-
-@dataclass(slots=True)
-class _Growth:
-    size_after_rewrite: int
-    live_bytes: int
 
 
 class CoordinatorRuntime:
@@ -85,7 +83,6 @@ class CoordinatorRuntime:
         self.segment_bytes = segment_bytes
         self._futures: dict[Ticket, asyncio.Future[Any]] = {}
         self._tickets = itertools.count(1)
-        self._growth: dict[int, _Growth] = {}
         self._load_gens: dict[int, int] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self.commit_timeout_ms = 5000  # offsets.commit.timeout.ms
@@ -101,12 +98,23 @@ class CoordinatorRuntime:
         count it asked for, and requests are NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE (clients retry)."""
         b = self.broker
         if b.registry.get(self.topic) is None:
-            configs = {"retention.ms": "-1", "retention.bytes": "-1", "segment.bytes": str(self.segment_bytes),
+            configs = {"cleanup.policy": "compact", "segment.bytes": str(self.segment_bytes),
                        "max.message.bytes": str(max(self.segment_bytes, 1 << 20))}
             b.create_internal_topic(self.topic, num_partitions, configs, replication_factor=replication_factor,
                                     min_isr=min_isr)
         topic = b.registry.get(self.topic)
         return topic.partitions if topic is not None else num_partitions
+
+    def compact_existing_topic(self) -> None:
+        """Single node, at startup: the internal topic as an earlier version created it (no cleanup.policy, so
+        delete with retention off: the runtime rewrote each partition to its live state itself) becomes
+        compacted, or it would grow without bound. A cleanup.policy an operator set is left alone."""
+        b = self.broker
+        topic = b.registry.get(self.topic)
+        if topic is None or b.replicated or "cleanup.policy" in topic.configs:
+            return
+        b.alter_topic_configs(self.topic, {**topic.configs, "cleanup.policy": "compact"})
+        log.info("%s: switched to cleanup.policy=compact (the log cleaner now keeps it bounded)", self.topic)
 
     # -- leadership (cluster) ------------------------------------------------------------------------
 
@@ -220,23 +228,6 @@ class CoordinatorRuntime:
             log.warning("%s", warning)
         for note in fx.notes:
             log.info("%s", note)
-
-    # -- growth --------------------------------------------------------------------------------------
-
-    def reset_growth(self, partition: int) -> None:
-        """Count growth of ``partition`` from its size now (after it was loaded or created)."""
-        self._growth[partition] = _Growth(self.broker.get_log(self.topic, partition).size, 0)
-
-    def due_for_rewrite(self, partition: int) -> bool:
-        lg = self.broker.get_log(self.topic, partition)
-        growth = self._growth.setdefault(partition, _Growth(lg.size, 0))
-        return lg.size - growth.size_after_rewrite >= max(self.segment_bytes, 2 * growth.live_bytes)
-
-    def rewritten(self, partition: int, *, failed: bool = False) -> None:
-        """Record a rewrite of ``partition``: its live state is the active segment (or, if it failed, all)."""
-        lg = self.broker.get_log(self.topic, partition)
-        live = lg.size if failed else lg.size - sum(s.size for s in lg.segments[:-1])
-        self._growth[partition] = _Growth(lg.size, live)
 
 
 def stored_batches(lg: Log, start: int, end: int) -> Iterator[tuple[memoryview, int, BatchHeader]]:

@@ -18,21 +18,33 @@
   markers; COORDINATOR_LOAD_IN_PROGRESS meanwhile), up to the log end at the moment it is served, so
   a marker appended while it loads is not missed. Pending offsets whose marker never came stay
   pending; the transaction coordinator writes the marker again once it has loaded.
-- The topic stays bounded without log compaction: once a partition has grown by more than a segment
-  (``offsets.topic.segment.bytes``) and twice its live state since the last rewrite, the live state
-  (latest offset of every group-partition, latest record of every group) is appended to a fresh
-  segment and the log start moves to it, which deletes the older segments. Replay from the new start
-  gives the same state; a crash mid-rewrite leaves the old start, which also replays to it.
-- Rewrites and transactions: pending transactional offsets are *carried over by keeping their
-  records*, not copied. Copying them would re-append a transactional batch of a producer whose
-  transaction is already open in the log, and would move them after committed offsets that are older
-  than they are (a COMMIT would then no longer override those). So the log start moves only to the
-  oldest pending record of the partition when there is one (the rest stays for replay, as Kafka's
-  cleaner never passes the last stable offset), and each rewritten offset record carries the offset
-  of its original in a record header (``odradek.origin.offset``, 8 bytes big-endian; Kafka's readers
-  ignore headers), so replay compares record offsets exactly as the live coordinator did. Growth stays
-  bounded by what was written since the oldest open transaction began; once it ends (commit, abort,
-  or the transaction coordinator's timeout abort) the next rewrite drops everything before its copy.
+- The topic stays bounded by compaction, as Kafka's: it is created with ``cleanup.policy=compact`` and
+  the broker's log cleaner keeps the latest record of every key (a group-partition's offset, a group's
+  metadata), so a partition holds the live state plus what was written since the last cleaning. Nothing
+  here rewrites the topic. This needs every deletion written as a tombstone (a null value) for each key
+  it removes, and the group coordinator writes them: OffsetDelete, expired offsets and offsets of a
+  deleted topic get one per group-partition; DeleteGroups gets one per committed or pending offset and
+  one for the group; an Empty group left with no offsets gets a group tombstone (never alone: once it is
+  gone, offset records of the group would bring it back). The cleaner keeps a tombstone
+  ``delete.retention.ms`` after the first cleaning that saw it, by when every older record of its key
+  is gone.
+- Compaction and transactions: pending transactional offsets are left to the cleaner's handling of
+  transactions, as in Kafka. It never cleans past the last stable offset, so an open transaction's
+  records (and everything after them) stay until its marker is written; once the marker is written,
+  an aborted transaction's batches are removed and a committed one's records compete as any other
+  record of their key (the latest by log offset stays, which is what replay decides too: a COMMIT
+  applies a pending offset unless the committed one was written later). A marker stays while records
+  of its transaction do, and a further ``delete.retention.ms``, so replay never meets a transactional
+  record without its marker.
+- Earlier versions rewrote the topic themselves, appending copies of the live records after any
+  pending transactional offsets; a copied offset record carries the offset of its original in a record
+  header (``odradek.origin.offset``, 8 bytes big-endian), which replay still reads as the record's
+  offset. Such a copy can be the latest record of its key although a COMMIT applied a transactional
+  offset written before it (its original was older still): compaction would keep the copy and lose
+  the committed offset. So the runtime remembers, per partition, the keys whose latest record is such
+  a copy, and where the committed offset is no longer the copy's, it appends that offset again with
+  the header (``_repair_copies``, after a load and after a COMMIT marker). Logs written since hold no
+  copies, and nothing else writes the header.
 """
 
 from __future__ import annotations
@@ -53,6 +65,7 @@ from odradek.coordinator.group.records import (
     OFFSETS_TOPIC,
     CoordinatorRecordError,
     OffsetKey,
+    OffsetValue,
     decode_record,
     encode_key,
     encode_value,
@@ -65,9 +78,13 @@ from odradek.storage.log import Log
 
 log = logging.getLogger(__name__)
 
-ORIGIN_HEADER = "odradek.origin.offset"  # on a rewritten offset record: the offset of its original
+# On an offset record copied by an earlier version's rewrite of the topic: the offset of its original
+ORIGIN_HEADER = "odradek.origin.offset"
 _ORIGIN = struct.Struct(">q")
-_BATCH_RECORDS = 2000  # records per batch when one write spans many (rewrites, big commits)
+_BATCH_RECORDS = 2000  # records per batch when one write spans many (big commits, DeleteGroups)
+# Per partition: the offset keys whose latest record is a copy an earlier version's rewrite appended, with the
+# offset its header names (its original's)
+Copies = dict[OffsetKey, int]
 
 
 class GroupRuntime(CoordinatorRuntime):
@@ -75,6 +92,7 @@ class GroupRuntime(CoordinatorRuntime):
         super().__init__(broker, OFFSETS_TOPIC, segment_bytes)
         self.config = config
         self.coordinator: GroupCoordinator | None = None
+        self._copies: dict[int, Copies] = {}
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -83,6 +101,7 @@ class GroupRuntime(CoordinatorRuntime):
         topic = self.broker.registry.get(OFFSETS_TOPIC)
         if topic is None:
             return []
+        self.compact_existing_topic()
         self.coordinator = GroupCoordinator(self.config, topic.partitions)
         for p in range(topic.partitions):
             self.coordinator.begin_load(p)
@@ -96,12 +115,13 @@ class GroupRuntime(CoordinatorRuntime):
         for p in partitions:
             lg = self.broker.get_log(OFFSETS_TOPIC, p)
             end = lg.next_offset
-            entries = await asyncio.to_thread(read_entries, lg, lg.log_start_offset, end)
-            entries += read_entries(lg, end, lg.next_offset)  # appended meanwhile (a marker): short, read here
+            copies: Copies = {}
+            entries = await asyncio.to_thread(read_entries, lg, lg.log_start_offset, end, copies)
+            entries += read_entries(lg, end, lg.next_offset, copies)  # appended meanwhile (a marker): short
             for entry in entries:
                 coord.replay_entry(p, entry)
             coord.finish_load(p, self.now())
-            self.reset_growth(p)
+            self._loaded_copies(p, copies)
             self._drop_missing_topics(p)
             if entries:
                 log.info("loaded %d records of %s-%d", len(entries), OFFSETS_TOPIC, p)
@@ -118,9 +138,6 @@ class GroupRuntime(CoordinatorRuntime):
             self.coordinator = GroupCoordinator(self.config, partitions)
             if b.replicated:
                 self.coordinator.owned = set()
-            else:
-                for p in range(partitions):
-                    self.reset_growth(p)
         return self.coordinator
 
     def _new_cluster_coordinator(self, partitions: int | None) -> GroupCoordinator:
@@ -132,6 +149,7 @@ class GroupRuntime(CoordinatorRuntime):
 
     def _unload(self, partition: int) -> None:
         assert self.coordinator is not None
+        self._copies.pop(partition, None)
         tickets = self.coordinator.unload(partition)
         self.deliver([(t, {"error_code": ErrorCode.NOT_COORDINATOR}) for t in tickets])
 
@@ -140,14 +158,15 @@ class GroupRuntime(CoordinatorRuntime):
         assert coord is not None
         lg = self.broker.get_log(OFFSETS_TOPIC, p)
         end = lg.next_offset
-        entries = await asyncio.to_thread(read_entries, lg, lg.log_start_offset, end)
+        copies: Copies = {}
+        entries = await asyncio.to_thread(read_entries, lg, lg.log_start_offset, end, copies)
         if not self.load_current(p, gen):
             return
-        entries += read_entries(lg, end, lg.next_offset)
+        entries += read_entries(lg, end, lg.next_offset, copies)
         for entry in entries:
             coord.replay_entry(p, entry)
         coord.finish_load(p, self.now())
-        self.reset_growth(p)
+        self._loaded_copies(p, copies)
         log.info("loaded %d records of %s-%d as its leader", len(entries), OFFSETS_TOPIC, p)
 
     def view(self) -> GroupCoordinator:
@@ -206,8 +225,12 @@ class GroupRuntime(CoordinatorRuntime):
             return
         for i, (key, value) in enumerate(write.records):
             coord.replay(key, value, record_offset=first + i, producer_id=write.producer_id)
-        self.deliver_when_replicated(part, end, write.replies, write.on_failure,
-                                     then=lambda: self._maybe_rewrite(write.partition))
+        copies = self._copies.get(write.partition)
+        if copies and write.producer_id == NO_PRODUCER_ID:
+            for key, _ in write.records:  # a later record of the key: the copy is no longer its latest
+                if isinstance(key, OffsetKey):
+                    copies.pop(key, None)
+        self.deliver_when_replicated(part, end, write.replies, write.on_failure)
 
     def _append(self, partition: int, records: list[RecordInput] | list[tuple[bytes, bytes | None]], *,
                 producer_id: int = NO_PRODUCER_ID, producer_epoch: int = -1) -> tuple[int, Partition, int]:
@@ -237,40 +260,49 @@ class GroupRuntime(CoordinatorRuntime):
         if coord is None or partition in coord.loading:
             return  # nothing loaded yet: the load reads the marker from the log
         coord.replay_marker(partition, producer_id, commit)
-        self._maybe_rewrite(partition)
+        if commit:
+            self._repair_copies(partition)
 
-    # -- keeping the topic bounded ----------------------------------------------------------------
+    # -- copies left by earlier versions' rewrites -------------------------------------------------
 
-    def _maybe_rewrite(self, partition: int) -> None:
+    def _loaded_copies(self, partition: int, copies: Copies) -> None:
+        if copies:
+            self._copies[partition] = copies
+            self._repair_copies(partition)
+        else:
+            self._copies.pop(partition, None)
+
+    def _repair_copies(self, partition: int) -> None:
+        """Where a key's latest record is an earlier version's copy but the committed offset is another (a
+        transactional offset that a COMMIT applied over the copy's older original), append the committed offset
+        after the copy so that compaction keeps it. It names its own record offset in the header, as the copies
+        did, so replay and any later COMMIT compare exactly as they did before."""
         coord = self.coordinator
-        if coord is None or partition in coord.loading or self.broker.replicated or not self.due_for_rewrite(partition):
-            return  # in a cluster the log cleaner's compaction will keep the topic bounded (not yet: it grows)
-        self.rewrite(partition)
-
-    def rewrite(self, partition: int) -> None:
-        """Append the partition's live state to a fresh segment and drop everything before it, or before
-        its oldest pending transactional offset if that is older."""
-        coord = self.coordinator
-        assert coord is not None
-        lg = self.broker.get_log(OFFSETS_TOPIC, partition)
-        before = lg.size
-        lg.roll()
-        start = lg.next_offset
-        live = coord.live_records(partition)
-        oldest_pending = coord.oldest_pending_offset(partition)
-        keep_from = start if oldest_pending is None else min(start, oldest_pending)
-        try:
-            if live:
-                self._append(partition, [_rewritten(r) for r in live])
-            lg.delete_records_before(keep_from)
-        except KafkaError as e:
-            log.error("could not rewrite %s-%d (it keeps its older records): %s", OFFSETS_TOPIC, partition, e.message)
-            self.rewritten(partition, failed=True)
+        copies = self._copies.get(partition)
+        if coord is None or not copies:
             return
-        self.rewritten(partition)
-        kept = "" if keep_from == start else f"; kept from offset {keep_from} for pending transactional offsets"
-        log.info("rewrote %s-%d: %d live records from offset %d; %d bytes before, %d after%s", OFFSETS_TOPIC,
-                 partition, len(live), start, before, lg.size, kept)
+        stale = []
+        for key, origin in copies.items():
+            group = coord.groups.get(key.group)
+            entry = group.offsets.get((key.topic, key.partition)) if group is not None else None
+            if entry is not None and entry.record_offset != origin:
+                stale.append((key, entry))
+        if not stale:
+            return
+        records = [RecordInput(encode_key(key), encode_value(OffsetValue(e.offset, e.leader_epoch, e.metadata,
+                                                                         e.commit_timestamp, e.expire_timestamp)),
+                               None, ((ORIGIN_HEADER, _ORIGIN.pack(e.record_offset)),)) for key, e in stale]
+        try:
+            self._append(partition, records)
+        except KafkaError as e:  # tried again after the next load or COMMIT marker
+            log.error("could not append %d committed offsets to %s-%d after an earlier version's copies of older "
+                      "ones (compaction would keep the copies): %s", len(records), OFFSETS_TOPIC, partition,
+                      e.message)
+            return
+        for key, entry in stale:
+            copies[key] = entry.record_offset
+        log.info("%s-%d: appended %d committed offsets after an earlier version's copies of older ones",
+                 OFFSETS_TOPIC, partition, len(records))
 
     def _drop_missing_topics(self, partition: int) -> None:
         coord = self.coordinator
@@ -299,18 +331,12 @@ def _coordinator_error(code: ErrorCode) -> ErrorCode:
     return ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
-def _rewritten(record: DataRecord) -> RecordInput:
-    """A live record as a rewrite appends it: an offset record names the offset of its original."""
-    headers: tuple[Header, ...] = ()
-    if isinstance(record.key, OffsetKey) and record.record_offset >= 0:
-        headers = ((ORIGIN_HEADER, _ORIGIN.pack(record.record_offset)),)
-    return RecordInput(encode_key(record.key), encode_value(record.value), None, headers)
-
-
-def read_entries(lg: Log, start: int, end: int) -> list[LogEntry]:
+def read_entries(lg: Log, start: int, end: int, copies: Copies | None = None) -> list[LogEntry]:
     """The entries of ``lg`` in [``start``, ``end``), in order: every decodable coordinator record, with its
     record offset and the producer id of its batch when that is transactional, and every COMMIT or ABORT
-    marker. Runs off the event loop for a whole partition; unreadable records are skipped with a warning."""
+    marker. Runs off the event loop for a whole partition; unreadable records are skipped with a warning.
+    ``copies``, if given, is kept up to date with the offset keys whose latest record (transactional ones
+    aside) is an earlier version's copy."""
     out: list[LogEntry] = []
     start = max(start, lg.log_start_offset)
     for data, pos, header in stored_batches(lg, start, end):
@@ -321,6 +347,11 @@ def read_entries(lg: Log, start: int, end: int) -> list[LogEntry]:
                     else _data_entry(lg, rec.offset, rec.key, rec.value, rec.headers, producer_id)
                 if entry is not None:
                     out.append(entry)
+                    if copies is not None and isinstance(entry, DataRecord) and isinstance(entry.key, OffsetKey):
+                        if entry.record_offset != rec.offset:
+                            copies[entry.key] = entry.record_offset
+                        elif producer_id == NO_PRODUCER_ID:
+                            copies.pop(entry.key, None)
     return out
 
 

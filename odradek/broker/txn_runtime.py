@@ -20,8 +20,10 @@ the partitions its markers go to:
   ``transaction.state.log.num.partitions`` partitions. At startup each partition is replayed from its
   log start (its ids answer COORDINATOR_LOAD_IN_PROGRESS meanwhile); transactions found prepared get
   their markers written again.
-- The topic stays bounded as ``__consumer_offsets`` does: once a partition has grown by a segment and
-  twice its live state, the live records are appended to a fresh segment and the log start moves to it.
+- The topic stays bounded as ``__consumer_offsets`` does, by compaction (``cleanup.policy=compact``): the
+  log cleaner keeps the latest record of every transactional id, which is all replay needs (the durable
+  state of an id is its last record). An id that expires (``transactional.id.expiration.ms``) is
+  removed by a tombstone, which the cleaner keeps ``delete.retention.ms`` after it first sees it.
 
 Invariant: the coordinator epoch is this broker's: 0. With one broker no other coordinator can write
 markers, so the epoch never needs to fence one.
@@ -80,6 +82,7 @@ class TxnRuntime(CoordinatorRuntime):
         topic = self.broker.registry.get(TXN_STATE_TOPIC)
         if topic is None:
             return []
+        self.compact_existing_topic()
         self.coordinator = self._new_coordinator(topic.partitions)
         for p in range(topic.partitions):
             self.coordinator.begin_load(p, COORDINATOR_EPOCH)
@@ -95,7 +98,6 @@ class TxnRuntime(CoordinatorRuntime):
             records = await asyncio.to_thread(read_records, lg)
             for key, value in records:
                 coord.replay(key, value)
-            self.reset_growth(p)
             self.apply(coord.finish_load(p, self.now()))
             if records:
                 log.info("loaded %d records of %s-%d", len(records), TXN_STATE_TOPIC, p)
@@ -146,7 +148,6 @@ class TxnRuntime(CoordinatorRuntime):
             return
         for key, value in records:
             coord.replay(key, value)
-        self.reset_growth(p)
         self.apply(coord.finish_load(p, self.now()))
         log.info("loaded %d records of %s-%d as its leader", len(records), TXN_STATE_TOPIC, p)
 
@@ -198,7 +199,6 @@ class TxnRuntime(CoordinatorRuntime):
         def committed() -> None:
             for markers in write.markers:
                 self._start_markers(markers)
-            self._maybe_rewrite(write.partition)
         self.deliver_when_replicated(part, end, write.replies, write.on_failure, then=committed)
 
     def _append(self, partition: int, records: list[Record]) -> tuple[Partition, int]:
@@ -323,32 +323,6 @@ class TxnRuntime(CoordinatorRuntime):
     def outstanding_markers(self) -> dict[str, list[tuple[str, int]]]:
         """Transactional id -> partitions whose marker is not written yet (for operators and tests)."""
         return {tid: list(o.left) for tid, o in self._outstanding.items()}
-
-    # -- keeping the topic bounded ----------------------------------------------------------------
-
-    def _maybe_rewrite(self, partition: int) -> None:
-        if not self.broker.replicated and self.due_for_rewrite(partition):
-            self.rewrite(partition)
-
-    def rewrite(self, partition: int) -> None:
-        """Append the partition's live state to a fresh segment and drop everything before it."""
-        coord = self.coordinator
-        assert coord is not None
-        lg = self.broker.get_log(TXN_STATE_TOPIC, partition)
-        lg.roll()
-        start = lg.next_offset
-        live: list[Record] = list(coord.live_records(partition))
-        try:
-            if live:
-                self._append(partition, live)
-            lg.delete_records_before(start)
-        except KafkaError as e:
-            log.error("could not rewrite %s-%d (it keeps its older records): %s", TXN_STATE_TOPIC, partition,
-                      e.message)
-            self.rewritten(partition, failed=True)
-            return
-        self.rewritten(partition)
-        log.info("rewrote %s-%d: %d live records from offset %d", TXN_STATE_TOPIC, partition, len(live), start)
 
 
 class _ShuttingDown(KafkaError):

@@ -55,7 +55,7 @@ __all__ = ["AppendInfo", "Log", "RecordListTooLargeError", "TimestampOffset", "p
 from odradek.protocol.records import ControlType, build_control_batch, decode_records, iter_batches
 from odradek.storage.cleaner import swap as cleaner_swap
 from odradek.storage.cleaner.batch_filter import KEY, batch_body, scan_records
-from odradek.storage.cleaner.clean import CleanedSegment, discard_cleaned
+from odradek.storage.cleaner.clean import CLEANED_SUFFIX, CleanedSegment, discard_cleaned
 from odradek.storage.cleaner.planning import SegmentSummary
 from odradek.storage.config import LogConfig
 from odradek.storage.leader_epoch import LeaderEpochCache
@@ -76,6 +76,7 @@ from odradek.storage.segment import (
     TIME_INDEX_SUFFIX,
     FileRegion,
     LogSegment,
+    segment_name,
 )
 from odradek.storage.txn_index import TXN_INDEX_SUFFIX, AbortedTxn
 
@@ -802,6 +803,16 @@ class Log:
                 i = -1
             if (self.closed or i < 0 or tuple(segments[i : i + len(old)]) != tuple(old)
                     or i + len(old) >= len(segments) or any(s.deleted for s in old)):
+                discard_cleaned(self.directory, cleaned.base_offset)
+                return False
+            cleaned_log = self.directory / (segment_name(cleaned.base_offset) + LOG_SUFFIX + CLEANED_SUFFIX)
+            try:
+                written = cleaned_log.stat().st_size
+            except OSError:
+                written = -1
+            if written != cleaned.size:  # not this pass's file (a worker that outlived its broker?): never swap it
+                log.warning("%s: %s holds %d bytes, the pass wrote %d: thrown away", self.name, cleaned_log.name,
+                            written, cleaned.size)
                 discard_cleaned(self.directory, cleaned.base_offset)
                 return False
             now = self.clock.milliseconds()

@@ -3,13 +3,15 @@
 Each call builds the request with kio's class for one version, decodes it as the server does, runs
 the handler on one event loop (JoinGroup and SyncGroup answers may wait for other members) and
 encodes the answer in that version's response class, so every supported version is proven valid on
-the wire. Also: the internal topic (creation, protection, loading, bounded size, restart).
+the wire. Also: the internal topic (creation, protection, loading, restart, and compaction by the
+log cleaner keeping it bounded while it replays to the same state).
 """
 
 from __future__ import annotations
 
 import asyncio
 import io
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,16 +23,24 @@ from odradek.broker import dispatch
 from odradek.broker.broker import Broker
 from odradek.broker.config import BrokerConfig
 from odradek.broker.context import RawResponse, RequestContext
-from odradek.broker.group_runtime import OFFSETS_TOPIC
+from odradek.broker.group_runtime import OFFSETS_TOPIC, read_entries
 from odradek.coordinator.group import consumer_protocol as cp
+from odradek.coordinator.group.log_entries import DataRecord, LogEntry
 from odradek.protocol import apis, entities
 from odradek.protocol.errors import ErrorCode, KafkaError
 from odradek.protocol.frame import RequestHeader
+from odradek.storage.cleaner.cleaner import wait_for_passes
 from tests.storage.helpers import batch
 
 E = ErrorCode
 PROPS = {"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "100",
          "offsets.topic.num.partitions": "3", "num.partitions": "2"}
+# Compaction of __consumer_offsets within a test: small segments, any dirty ratio, a small offset map, and
+# tombstones and markers removable by the pass after the one that first saw them (delete.retention.ms=0).
+# The cleaner thread is off: ``clean`` runs passes in the test's thread (one test runs the thread instead).
+COMPACTING = {"offsets.topic.segment.bytes": "4096", "offsets.topic.num.partitions": "1",
+              "log.cleaner.enable": "false", "log.cleaner.min.cleanable.ratio": "0.01",
+              "log.cleaner.dedupe.buffer.size": str(1 << 20), "log.cleaner.delete.retention.ms": "0"}
 
 
 def _encode(entity: Any) -> bytes:
@@ -86,6 +96,21 @@ class Node:
         async def run() -> list[Any]:
             return list(await asyncio.gather(*(self.acall(*c) for c in calls)))
         return self.loop.run_until_complete(run())
+
+
+def clean(node: Node) -> int:
+    """Run the broker's log cleaner in this thread until no log is due for cleaning; the passes it made."""
+    cleaner = node.broker.log_manager.cleaner
+    passes = 0
+    while cleaner.clean_once(in_process=True):
+        passes += 1
+    return passes
+
+
+def offsets_entries(node: Node, partition: int = 0) -> list[LogEntry]:
+    """What a load of ``__consumer_offsets``-``partition`` replays now."""
+    lg = node.broker.get_log(OFFSETS_TOPIC, partition)
+    return read_entries(lg, lg.log_start_offset, lg.next_offset)
 
 
 @pytest.fixture
@@ -223,9 +248,11 @@ def test_the_internal_topic_cannot_be_produced_to_deleted_or_resized(node: Node)
         node.broker.add_partitions(OFFSETS_TOPIC, 10)
 
 
-def commit(node: Node, group: str, offsets: dict[int, int], topic: str = "orders", metadata: str = "") -> list[int]:
+def commit(node: Node, group: str, offsets: dict[int, int], topic: str = "orders", metadata: str = "", *,
+           member_id: str = "", generation: int = -1) -> list[int]:
     r = node.call(apis.OFFSET_COMMIT, 9, {
-        "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
+        "group_id": group, "generation_id_or_member_epoch": generation, "member_id": member_id,
+        "group_instance_id": None,
         "topics": [{"name": topic, "partitions": [
             {"partition_index": p, "committed_offset": o, "committed_leader_epoch": -1, "committed_metadata": metadata}
             for p, o in offsets.items()]}]})
@@ -267,19 +294,113 @@ def test_deleting_a_topic_deletes_its_committed_offsets(node: Node) -> None:
     assert fetch(node, ["g"])["g"][1] == {("other", 0): 2}
 
 
-def test_the_offsets_topic_stays_bounded_by_rewriting_its_live_state(tmp_path: Path) -> None:
-    node = Node(tmp_path / "data", **{"offsets.topic.segment.bytes": "4096", "offsets.topic.num.partitions": "1"})
+def test_the_internal_topics_are_compacted(node: Node) -> None:
+    node.broker.groups.ensure_started()
+    node.broker.txns.ensure_started()
+    for name in (OFFSETS_TOPIC, "__transaction_state"):
+        topic = node.broker.registry.get(name)
+        assert topic is not None and topic.configs["cleanup.policy"] == "compact"
+        assert "retention.ms" not in topic.configs  # no retention override: with compact alone it does nothing
+        assert node.broker.get_log(name, 0).config.compact
+
+
+def test_an_internal_topic_created_by_an_earlier_version_becomes_compacted(tmp_path: Path) -> None:
+    node = Node(tmp_path / "data")
+    try:
+        node.broker.create_topic("orders", 1)
+        assert commit(node, "g", {0: 7}) == [E.NONE]
+        # as earlier versions created it: delete policy (by default) with retention off; they rewrote it
+        old = {"retention.ms": "-1", "retention.bytes": "-1", "segment.bytes": "104857600",
+               "max.message.bytes": "104857600"}
+        node.broker.alter_topic_configs(OFFSETS_TOPIC, old)
+        assert not node.broker.get_log(OFFSETS_TOPIC, 0).config.compact
+        node.restart()
+        topic = node.broker.registry.get(OFFSETS_TOPIC)
+        assert topic is not None and topic.configs == {**old, "cleanup.policy": "compact"}
+        assert all(node.broker.get_log(OFFSETS_TOPIC, p).config.compact for p in range(topic.partitions))
+        assert fetch(node, ["g"])["g"][1] == {("orders", 0): 7}
+        # a policy an operator chose is theirs
+        node.broker.alter_topic_configs(OFFSETS_TOPIC, {**old, "cleanup.policy": "compact,delete"})
+        node.restart()
+        assert node.broker.get_log(OFFSETS_TOPIC, 0).config.cleanup_policy == "compact,delete"
+    finally:
+        node.close()
+
+
+def test_the_offsets_topic_stays_bounded_once_the_cleaner_runs(tmp_path: Path) -> None:
+    # the cleaner thread runs (every 50 ms), with its worker process, as in a broker
+    node = Node(tmp_path / "data", **{**COMPACTING, "log.cleaner.enable": "true", "log.cleaner.backoff.ms": "50"})
     try:
         node.broker.create_topic("orders", 4)
-        for i in range(600):  # ~100 bytes per commit record: ~60 KB written in all
+        for i in range(600):  # ~130 bytes per commit: ~80 KB written in all
             assert commit(node, "g", {i % 4: i}, metadata="x" * 20) == [E.NONE]
         lg = node.broker.get_log(OFFSETS_TOPIC, 0)
-        assert lg.log_start_offset > 500  # rewritten many times
-        assert lg.size < 3 * 4096
+        cleaner = node.broker.log_manager.cleaner
+        deadline = time.monotonic() + 60
+        while lg.size >= 2 * 4096:  # the live state (4 records) and the active segment
+            assert time.monotonic() < deadline, f"__consumer_offsets still holds {lg.size} bytes"
+            assert wait_for_passes(cleaner, cleaner.stats.passes + 1, 30), "the cleaner made no pass"
+        assert lg.log_start_offset == 0  # compaction, not a rewrite: offsets stay where they were written
         node.restart()
         assert fetch(node, ["g"])["g"][1] == {("orders", p): 596 + p for p in range(4)}
     finally:
         node.close()
+
+
+def test_compaction_keeps_deletions_deleted_even_once_their_tombstones_are_gone(tmp_path: Path) -> None:
+    node = Node(tmp_path / "data", **COMPACTING)
+    try:
+        node.broker.create_topic("orders", 4)
+        node.broker.create_topic("doomed", 1)
+        member, gen = _stable_member(node, "members")
+        assert commit(node, "members", {0: 3}, member_id=member, generation=gen) == [E.NONE]
+        for i in range(300):
+            assert commit(node, "g", {i % 4: i}, metadata="x" * 20) == [E.NONE]
+            if i % 100 == 0:
+                assert commit(node, f"gone-{i}", {0: i}) == [E.NONE]
+        assert commit(node, "g", {0: 1}, topic="doomed") == [E.NONE]
+        deleted = node.call(apis.DELETE_GROUPS, 2, {"groups_names": ["gone-0", "gone-100", "gone-200"]})
+        assert {r.error_code for r in deleted.results} == {E.NONE}
+        od = node.call(apis.OFFSET_DELETE, 0, {"group_id": "g", "topics": [
+            {"name": "orders", "partitions": [{"partition_index": 3}]}]})
+        assert od.error_code == E.NONE
+        node.broker.delete_topic("doomed")
+        expected = {("orders", p): 296 + p for p in range(3)}
+        assert fetch(node, ["g"])["g"][1] == expected
+        tombstones = sum(1 for e in offsets_entries(node) if isinstance(e, DataRecord) and e.value is None)
+        assert tombstones == 3 * 2 + 1 + 1  # DeleteGroups: offset and group; OffsetDelete; the deleted topic
+
+        def same_state() -> None:
+            node.restart()
+            assert fetch(node, ["g", "gone-0", "gone-100", "gone-200"]) == {
+                "g": (E.NONE, expected), "gone-0": (E.NONE, {}), "gone-100": (E.NONE, {}), "gone-200": (E.NONE, {})}
+            assert fetch(node, ["members"])["members"][1] == {("orders", 0): 3}
+            groups = node.call(apis.LIST_GROUPS, 4, {"states_filter": []}).groups
+            assert sorted(g.group_id for g in groups) == ["g", "members"]
+
+        for _ in range(40):  # the deletions move into closed segments
+            assert commit(node, "g", {0: 296}, metadata="x" * 20) == [E.NONE]
+        assert clean(node) >= 1
+        same_state()  # the tombstones are kept by the first pass that sees them
+        assert sum(1 for e in offsets_entries(node) if isinstance(e, DataRecord) and e.value is None) == tombstones
+        for _ in range(40):
+            assert commit(node, "g", {0: 296}, metadata="x" * 20) == [E.NONE]
+        assert clean(node) >= 1
+        assert not [e for e in offsets_entries(node) if isinstance(e, DataRecord) and e.value is None]
+        same_state()  # and once their delete horizon has passed they go: nothing comes back
+        assert node.broker.get_log(OFFSETS_TOPIC, 0).size < 2 * 4096
+    finally:
+        node.close()
+
+
+def _stable_member(node: Node, group: str) -> tuple[str, int]:
+    joined = join(node, 9, group)
+    synced = node.call(apis.SYNC_GROUP, 5, {
+        "group_id": group, "generation_id": joined.generation_id, "member_id": joined.member_id,
+        "group_instance_id": None, "protocol_type": "consumer", "protocol_name": "range",
+        "assignments": [{"member_id": joined.member_id, "assignment": b""}]})
+    assert synced.error_code == E.NONE
+    return joined.member_id, joined.generation_id
 
 
 def test_join_errors_on_the_wire(node: Node) -> None:

@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 
+from odradek.broker.group_runtime import OFFSETS_TOPIC
 from odradek.broker.txn_runtime import TXN_STATE_TOPIC
 from odradek.protocol import apis
 from odradek.protocol.errors import ErrorCode, StorageError
 from odradek.protocol.records import ControlType, decode_records, iter_batches, parse_control_key
 from odradek.storage.log import Log
-from tests.broker.test_group_handlers import Node
+from tests.broker.test_group_handlers import COMPACTING, Node, clean
 from tests.storage.helpers import batch
 
 E = ErrorCode
@@ -265,3 +266,38 @@ def test_offsets_committed_in_a_transaction_become_visible_when_it_commits(node:
     assert _committed(node, "g") == 5
     node.restart()
     assert _committed(node, "g") == 5
+
+
+def test_both_internal_topics_stay_bounded_by_compaction_and_replay_to_the_same_state(tmp_path: Path) -> None:
+    """Read-process-write transactions through the whole path: each produces, commits its group's offset in the
+    transaction and ends (every fourth aborts). The cleaner compacts ``__transaction_state`` and
+    ``__consumer_offsets``, and a restart finds the same transactional id and committed offset."""
+    node = Node(tmp_path / "data", **{**TXN_PROPS, **COMPACTING, "transaction.state.log.num.partitions": "1",
+                                      "transaction.state.log.segment.bytes": "4096"})
+    try:
+        node.broker.create_topic("orders", 1)
+        pid, epoch = _init(node, "t1")
+        committed = -1
+        for i in range(60):
+            assert set(_add(node, "t1", pid, epoch, {"orders": [0]}).values()) == {E.NONE}
+            assert _produce(node, "t1", _txn_batch(pid, epoch, seq=2 * i)) == E.NONE
+            r = node.call(apis.ADD_OFFSETS_TO_TXN, 3, {"transactional_id": "t1", "producer_id": pid,
+                                                       "producer_epoch": epoch, "group_id": "g"})
+            assert r.error_code == E.NONE
+            assert _txn_offset_commit(node, "t1", pid, epoch, "g", 2 * i + 2) == E.NONE
+            commit = i % 4 != 3
+            assert _end(node, "t1", pid, epoch, commit) == E.NONE
+            committed = 2 * i + 2 if commit else committed
+        state, offsets = node.broker.get_log(TXN_STATE_TOPIC, 0), node.broker.get_log(OFFSETS_TOPIC, 0)
+        assert state.size > 4 * 4096 and offsets.size > 2 * 4096
+        assert clean(node) >= 2
+        assert state.size < 2 * 4096 and offsets.size < 2 * 4096
+        before = _describe(node, "t1")
+        node.restart()
+        assert _committed(node, "g") == committed == 118
+        after = _describe(node, "t1")
+        assert (after.transaction_state, after.producer_id, after.producer_epoch) == (
+            before.transaction_state, before.producer_id, before.producer_epoch) == ("CompleteAbort", pid, epoch)
+        assert _init(node, "t1") == (pid, epoch + 1)  # the id's producer survived: its epoch is bumped
+    finally:
+        node.close()

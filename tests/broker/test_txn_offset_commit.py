@@ -8,6 +8,7 @@ COMMIT or ABORT marker appended to the group's partition of ``__consumer_offsets
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,12 +17,14 @@ import pytest
 
 from odradek.broker import group_runtime
 from odradek.broker.group_runtime import OFFSETS_TOPIC
+from odradek.coordinator.group.log_entries import DataRecord, TxnMarker
+from odradek.coordinator.group.records import encode_key, encode_value
 from odradek.protocol import apis
 from odradek.protocol.batch import NO_SEQUENCE
 from odradek.protocol.errors import ErrorCode
-from odradek.protocol.records import ControlType, build_control_batch, iter_batches
+from odradek.protocol.records import ControlType, RecordInput, build_batch, build_control_batch, iter_batches
 from odradek.storage.log import Log
-from tests.broker.test_group_handlers import Node
+from tests.broker.test_group_handlers import COMPACTING, Node, clean, commit, offsets_entries
 
 E = ErrorCode
 PID, EPOCH = 4000, 0
@@ -195,43 +198,57 @@ def test_a_fenced_producer_epoch_is_refused(node: Node) -> None:
     assert fetch(node, "g", require_stable=True) == (E.NONE, {0: (17, E.NONE), 1: (-1, E.NONE)})
 
 
-def test_rewrites_keep_pending_offsets_and_the_topic_bounded_once_they_settle(tmp_path: Path) -> None:
-    node = Node(tmp_path / "data", **{"offsets.topic.segment.bytes": "4096", "offsets.topic.num.partitions": "1",
-                                      "transaction.partition.verification.enable": "false"})
+def test_compaction_keeps_pending_offsets_and_the_topic_bounded_once_they_settle(tmp_path: Path) -> None:
+    node = Node(tmp_path / "data", **{**COMPACTING, "transaction.partition.verification.enable": "false"})
     try:
         node.broker.create_topic("orders", 2)
 
-        def plain(offset: int) -> None:
-            r = node.call(apis.OFFSET_COMMIT, 9, {
-                "group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
-                "topics": [{"name": "orders", "partitions": [{"partition_index": 1, "committed_offset": offset,
-                                                              "committed_leader_epoch": -1,
-                                                              "committed_metadata": "x" * 20}]}]})
-            assert r.topics[0].partitions[0].error_code == E.NONE
+        def plain(partition: int, offset: int) -> None:
+            assert commit(node, "g", {partition: offset}, metadata="x" * 20) == [E.NONE]
 
-        plain(1)
-        r = node.call(apis.OFFSET_COMMIT, 9, {
-            "group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
-            "topics": [{"name": "orders", "partitions": [{"partition_index": 0, "committed_offset": 5,
-                                                          "committed_leader_epoch": -1, "committed_metadata": ""}]}]})
-        assert r.topics[0].partitions[0].error_code == E.NONE
+        def transactional(pid: int) -> list[DataRecord]:
+            return [e for e in offsets_entries(node) if isinstance(e, DataRecord) and e.producer_id == pid]
+
+        def markers(pid: int) -> list[TxnMarker]:
+            return [e for e in offsets_entries(node) if isinstance(e, TxnMarker) and e.producer_id == pid]
+
+        plain(1, 1)
+        plain(0, 5)
         assert txn_commit(node, 3, "g", {0: 17}) == {0: E.NONE}
         _, lg = offsets_log(node, "g")
         pending_at = lg.next_offset - 1
-        for i in range(300):  # ~30 KB of plain commits: many rewrites while the transaction is open
-            plain(i)
-        assert lg.log_start_offset <= pending_at  # kept for replay
+        for i in range(300):  # ~40 KB of plain commits while the transaction is open
+            plain(1, i)
+        clean(node)  # nothing at or after the open transaction is cleaned (the last stable offset)
+        assert lg.next_offset - pending_at > 300 and lg.size > 8 * 4096
+        assert [e.value.offset for e in transactional(PID) if e.value is not None] == [17]
         assert fetch(node, "g", require_stable=True)[1][0] == (-1, E.UNSTABLE_OFFSET_COMMIT)
         node.restart()
         _, lg = offsets_log(node, "g")
         assert fetch(node, "g", require_stable=True)[1] == {0: (-1, E.UNSTABLE_OFFSET_COMMIT), 1: (299, E.NONE)}
-        end_txn(node, "g", commit=True)  # the rewritten copy of offset 5 is older than the pending 17
+        end_txn(node, "g", commit=True)  # 17 was written after the plain 5: it becomes the committed offset
         assert fetch(node, "g", require_stable=True)[1] == {0: (17, E.NONE), 1: (299, E.NONE)}
+        assert txn_commit(node, 3, "g", {0: 99}, pid=PID + 1) == {0: E.NONE}
+        end_txn(node, "g", commit=False, pid=PID + 1)
         for i in range(300):
-            plain(1000 + i)
-        assert lg.log_start_offset > pending_at and lg.size < 3 * 4096
+            plain(1, 1000 + i)
+        assert clean(node) >= 1
+        assert lg.size < 2 * 4096
+        # the committed transaction's record is its key's latest: it stays, and so does its marker
+        assert len(transactional(PID)) == 1 and [m.commit for m in markers(PID)] == [True]
+        assert not transactional(PID + 1)  # the aborted transaction's batch is gone
         node.restart()
         assert fetch(node, "g", require_stable=True)[1] == {0: (17, E.NONE), 1: (1299, E.NONE)}
+        plain(0, 40)  # supersedes the transactional record: then its marker may go too
+        for i in range(40):
+            plain(1, 2000 + i)
+        clean(node)
+        for i in range(40):  # a second pass: the markers' delete horizon (delete.retention.ms=0) has passed
+            plain(1, 3000 + i)
+        clean(node)
+        assert not transactional(PID) and not markers(PID) and not markers(PID + 1)
+        node.restart()
+        assert fetch(node, "g", require_stable=True)[1] == {0: (40, E.NONE), 1: (3039, E.NONE)}
     finally:
         node.close()
 
@@ -240,3 +257,40 @@ def test_txn_offset_commit_is_advertised(node: Node) -> None:
     versions = node.call(apis.API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"})
     [row] = [k for k in versions.api_keys if k.api_key == apis.TXN_OFFSET_COMMIT]
     assert (row.min_version, row.max_version) == (0, 4)  # v5 is KIP-890's second phase, not offered
+
+
+@pytest.mark.parametrize("marker_before_upgrade", [False, True])
+def test_a_copy_left_by_an_earlier_version_s_rewrite_does_not_outlive_a_later_committed_offset(
+        tmp_path: Path, marker_before_upgrade: bool) -> None:
+    """Earlier versions rewrote the topic: copies of the committed offsets appended after a pending
+    transactional offset, each naming its original's offset in a header. A COMMIT then applies the pending
+    offset over the older copy, though the copy sits later in the log, where compaction would keep it alone:
+    the runtime appends the committed offset again after it."""
+    node = Node(tmp_path / "data", **{**COMPACTING, "transaction.partition.verification.enable": "false"})
+    try:
+        node.broker.create_topic("orders", 2)
+        assert commit(node, "g", {0: 5}, metadata="x" * 20) == [E.NONE]
+        assert txn_commit(node, 3, "g", {0: 17}) == {0: E.NONE}
+        [original] = [e for e in offsets_entries(node) if isinstance(e, DataRecord) and e.producer_id < 0]
+        p, lg = offsets_log(node, "g")
+        lg.roll()  # as the old rewrite appended its copies
+        copy = RecordInput(encode_key(original.key), encode_value(original.value), None,
+                           ((group_runtime.ORIGIN_HEADER, struct.pack(">q", original.record_offset)),))
+        node.broker.append(OFFSETS_TOPIC, p, build_batch([copy], base_timestamp=node.broker.clock.milliseconds()))
+        if marker_before_upgrade:
+            lg.append_marker(PID, EPOCH, True, 0)
+            lg.update_high_watermark(lg.next_offset)
+        node.restart()  # the upgrade: the log as an earlier version left it
+        if not marker_before_upgrade:
+            assert fetch(node, "g")[1][0] == (5, E.NONE)
+            end_txn(node, "g", commit=True)
+        assert fetch(node, "g")[1][0] == (17, E.NONE)  # 17 was written after the copy's original
+        for i in range(100):
+            assert commit(node, "g", {1: i}, metadata="x" * 20) == [E.NONE]
+        assert clean(node) >= 1
+        node.restart()
+        assert fetch(node, "g", require_stable=True)[1] == {0: (17, E.NONE), 1: (99, E.NONE)}
+        offsets = [e for e in offsets_entries(node) if isinstance(e, DataRecord) and e.key == original.key]
+        assert [(e.value.offset if e.value else None) for e in offsets] == [17]  # compacted to the committed one
+    finally:
+        node.close()

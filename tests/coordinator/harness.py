@@ -1,8 +1,8 @@
 """A synchronous stand-in for the broker's group runtime: applies Effects the way ``broker/group_runtime.py``
 does (records appended to an in-memory log per partition, replayed with their offsets and producer ids,
-then replies delivered), with time passed explicitly. Transaction markers and rewrites are emulated as
-the runtime does them (a rewrite keeps the log from the oldest pending transactional offset). Tests
-drive the real ``GroupCoordinator`` through it."""
+then replies delivered), with time passed explicitly. Transaction markers are emulated as the runtime
+appends them, and compaction as the log cleaner applies its rules (``compact``). Tests drive the real
+``GroupCoordinator`` through it."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from odradek.coordinator.group import consumer_protocol as cp
 from odradek.coordinator.group.config import GroupConfig
 from odradek.coordinator.group.coordinator import GroupCoordinator
 from odradek.coordinator.group.effects import Effects
-from odradek.coordinator.group.log_entries import DataRecord, LogEntry, TxnMarker
+from odradek.coordinator.group.log_entries import NO_PRODUCER_ID, DataRecord, LogEntry, TxnMarker
+from odradek.coordinator.group.records import Key
 from odradek.protocol.errors import ErrorCode
 
 E = ErrorCode
@@ -33,8 +34,8 @@ class Harness:
         self.config = config or GroupConfig(initial_rebalance_delay_ms=0, min_session_timeout_ms=100)
         ids = itertools.count(1)
         self.coord = GroupCoordinator(self.config, partitions, new_member_id=lambda cid: f"{cid}-{next(ids)}")
-        self.log: dict[int, list[LogEntry]] = defaultdict(list)  # an entry's offset is its index
-        self.log_start: dict[int, int] = defaultdict(int)
+        # an entry's offset is its index; None: an entry compaction removed (offsets never change)
+        self.log: dict[int, list[LogEntry | None]] = defaultdict(list)
         self.replies: dict[int, Any] = {}
         self.tickets = itertools.count(1)
         self.now = 0
@@ -130,14 +131,41 @@ class Harness:
         assert error == E.NONE
         return {tp: e.offset for tp, e, _ in found if e is not None}
 
-    def rewrite(self, partition: int) -> None:
-        """As the runtime rewrites: the live records appended (keeping their record offsets), and the log start
-        moved to them, or to the oldest pending transactional offset if that is older."""
+    def compact(self, partition: int, *, horizon_passed: bool = False) -> None:
+        """As the log cleaner compacts ``partition`` (``odradek/storage/cleaner/clean.py``), over everything below
+        its last stable offset (the first record of a transaction whose marker is not written yet): the records
+        of aborted transactions go, and every record that is not the latest of its key (aborted ones do not
+        count). With ``horizon_passed`` (``delete.retention.ms`` after the cleaning that first saw them) the
+        tombstones go too, and the markers whose transaction has no record left. Offsets never change.
+
+        A little more eager than the cleaner (it keeps the active segment, and a marker one pass longer), so
+        that whatever replays the same here replays the same after any real cleaning."""
         log = self.log[partition]
-        start = len(log)
-        log.extend(self.coord.live_records(partition))
-        oldest = self.coord.oldest_pending_offset(partition)
-        self.log_start[partition] = start if oldest is None else min(start, oldest)
+        open_txns: dict[int, list[int]] = {}  # producer -> offsets of its records still awaiting a marker
+        txn_of_marker: dict[int, list[int]] = {}
+        aborted: set[int] = set()
+        for offset, entry in enumerate(log):
+            if isinstance(entry, TxnMarker):
+                records = txn_of_marker[offset] = open_txns.pop(entry.producer_id, [])
+                if not entry.commit:
+                    aborted.update(records)
+            elif entry is not None and entry.producer_id != NO_PRODUCER_ID:
+                open_txns.setdefault(entry.producer_id, []).append(offset)
+        stable = min((records[0] for records in open_txns.values()), default=len(log))
+        latest: dict[Key, int] = {}
+        for offset in range(stable):
+            entry = log[offset]
+            if isinstance(entry, DataRecord) and offset not in aborted:
+                latest[entry.key] = offset
+        for offset in range(stable):
+            entry = log[offset]
+            if isinstance(entry, DataRecord) and (offset in aborted or latest[entry.key] != offset
+                                                  or (horizon_passed and entry.value is None)):
+                log[offset] = None
+        if horizon_passed:
+            for offset, records in txn_of_marker.items():
+                if offset < stable and all(log[r] is None for r in records):
+                    log[offset] = None
 
     def stable_group(self, group: str, n: int) -> list[tuple[str, int]]:
         """Join ``n`` members (two-step JoinGroup v4+), sync with one partition each; returns (member id, gen)."""
@@ -162,7 +190,8 @@ class Harness:
         fresh = GroupCoordinator(self.config, self.coord.num_partitions)
         for p, entries in self.log.items():
             fresh.begin_load(p)
-            for entry in entries[self.log_start[p]:]:
-                fresh.replay_entry(p, entry)
+            for entry in entries:
+                if entry is not None:
+                    fresh.replay_entry(p, entry)
             fresh.finish_load(p, self.now)
         return fresh

@@ -1,7 +1,7 @@
-"""Random interleavings of members' requests, transactional offset commits, transaction markers, rewrites
-and time: the coordinator never gets stuck, never answers a request twice, and its durable state (committed
-and pending offsets with their record offsets, persisted groups) is always exactly what replaying its log
-from its log start gives."""
+"""Random interleavings of members' requests, transactional offset commits, transaction markers, compaction
+of the log (with and without tombstones past their delete horizon) and time: the coordinator never gets stuck,
+never answers a request twice, and its durable state (committed and pending offsets with their record offsets,
+persisted groups) is always exactly what replaying its log, compacted or not, gives."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ action = st.one_of(
     st.tuples(st.just("delete"), st.sampled_from(GROUPS), st.sampled_from(CLIENTS), st.booleans()),
     st.tuples(st.just("txn_commit"), st.sampled_from(GROUPS), st.sampled_from(CLIENTS), st.booleans()),
     st.tuples(st.just("marker"), st.sampled_from(GROUPS), st.sampled_from(CLIENTS), st.booleans()),
-    st.tuples(st.just("rewrite"), st.sampled_from(GROUPS), st.sampled_from(CLIENTS), st.booleans()),
+    st.tuples(st.just("compact"), st.sampled_from(GROUPS), st.sampled_from(CLIENTS), st.booleans()),
 )
 PRODUCERS = {"a": 1000, "b": 2000, "c": 1000}  # clients act as transactional producers too (two of them share one)
 
@@ -83,8 +83,8 @@ def test_random_interleavings(actions: list[tuple[str, str, str, bool]]) -> None
                          instance=instance if flag else None)
         elif kind == "marker":
             h.marker(group, PRODUCERS[client], commit=flag)
-        elif kind == "rewrite":
-            h.rewrite(h.coord.partition_of(group))
+        elif kind == "compact":  # flag: the tombstones' delete horizon has passed
+            h.compact(h.coord.partition_of(group), horizon_passed=flag)
         for t in list(pending):
             r = h.reply(t)
             if r is not None:

@@ -1,9 +1,12 @@
 """Transactional offset commits in the pure group coordinator: pending offsets, markers, their interplay with
-plain commits, deletion and retention, and replay (restarts and rewrites) giving the same state."""
+plain commits, deletion and retention, and replay (restarts, and restarts after the log cleaner compacted the
+log) giving the same state."""
 
 from __future__ import annotations
 
 from odradek.coordinator.group.config import GroupConfig
+from odradek.coordinator.group.coordinator import GroupCoordinator
+from odradek.coordinator.group.log_entries import DataRecord
 from odradek.coordinator.group.model import GroupState
 from odradek.coordinator.group.records import OffsetKey
 from odradek.protocol.errors import ErrorCode
@@ -19,6 +22,25 @@ def _same_after_restart(h: Harness) -> None:
     live = {g.group_id: (g.offsets, g.pending_txn_offsets) for g in h.coord.groups.values()}
     assert {g.group_id: (g.offsets, g.pending_txn_offsets) for g in fresh.groups.values()} == live
     assert fresh.open_txns == h.coord.open_txns
+
+
+def _durable(coord: GroupCoordinator) -> dict[str, tuple[object, ...]]:
+    """Groups with durable state. A group left with none (its offsets deleted, its only transaction aborted)
+    is in memory until retention deletes it; a compacted log may no longer say it existed (as in Kafka)."""
+    return {g.group_id: (g.offsets, g.pending_txn_offsets, g.persisted) for g in coord.groups.values()
+            if g.offsets or g.pending_txn_offsets or g.persisted is not None}
+
+
+def _same_after_compaction(h: Harness, *, horizon_passed: bool = False) -> None:
+    for p in list(h.log):
+        h.compact(p, horizon_passed=horizon_passed)
+    fresh = h.rebuilt()
+    assert _durable(fresh) == _durable(h.coord)
+    assert fresh.open_txns == h.coord.open_txns
+
+
+def _surviving(h: Harness, p: int) -> list[int]:
+    return [offset for offset, entry in enumerate(h.log[p]) if entry is not None]
 
 
 def test_pending_offsets_are_invisible_until_the_commit_marker() -> None:
@@ -176,6 +198,7 @@ def test_loading_partitions_answer_load_in_progress_and_pending_offsets_survive_
     assert not h.coord.open_txns
     assert h.txn_commit("g", 7, {T0: 1}) == {T0: E.COORDINATOR_LOAD_IN_PROGRESS}
     for entry in h.log[p]:
+        assert entry is not None
         h.coord.replay_entry(p, entry)
     h.coord.finish_load(p, h.now)
     assert h.coord.groups["g"].pending_txn_offsets[7][T0].offset == 1
@@ -229,35 +252,84 @@ def test_retention_waits_for_pending_offsets() -> None:
     _same_after_restart(h)
 
 
-def test_a_rewrite_keeps_the_log_from_the_oldest_pending_offset_and_replays_to_the_same_state() -> None:
+def test_compaction_stops_at_a_pending_offset_and_replays_to_the_same_state_once_it_settles() -> None:
     h = Harness()
     p = h.coord.partition_of("g")
-    h.commit("g", {T0: 5, T1: 5})
-    h.txn_commit("g", 7, {T0: 10})
-    pending_at = len(h.log[p]) - 1
-    h.commit("g", {T1: 20})
+    assert h.coord.partition_of("y") == p
+    h.commit("g", {T0: 5, T1: 5})  # offsets 0, 1
+    h.txn_commit("g", 7, {T0: 10})  # 2: pending
+    h.commit("g", {T1: 20})  # 3
     for i in range(5):
-        h.commit("y", {T2: i})  # another group of the same partition
-    h.rewrite(p)
-    assert h.log_start[p] == pending_at  # the transactional record is still there for replay
-    _same_after_restart(h)
-    h.marker("g", 7, commit=True)  # T0 was committed before the transactional offset: overridden
+        h.commit("y", {T2: i})  # 4-8: another group of the same partition
+    _same_after_compaction(h, horizon_passed=True)
+    assert _surviving(h, p) == list(range(9))  # nothing is superseded below the open transaction
+    h.marker("g", 7, commit=True)  # 9: T0 was committed before the transactional offset: overridden
     assert h.committed("g") == {T0: 10, T1: 20}
-    _same_after_restart(h)
-    h.rewrite(p)  # nothing pending any more: everything before the copies goes
-    assert h.log_start[p] == len(h.log[p]) - len(h.coord.live_records(p))
-    assert h.coord.oldest_pending_offset(p) is None
+    _same_after_compaction(h)
+    assert _surviving(h, p) == [2, 3, 8, 9]  # the committed transaction's record keeps its marker
+    h.commit("g", {T0: 30})  # 10: supersedes the transactional record
+    _same_after_compaction(h, horizon_passed=True)
+    assert _surviving(h, p) == [3, 8, 10]  # and then the marker goes too
+    assert h.committed("g") == {T0: 30, T1: 20}
     _same_after_restart(h)
 
 
-def test_a_rewritten_offset_keeps_its_place_before_a_later_pending_one() -> None:
+def test_after_compaction_a_commit_still_overrides_only_offsets_written_before_it() -> None:
     h = Harness()
     p = h.coord.partition_of("g")
-    h.commit("g", {T0: 5})
-    h.txn_commit("g", 7, {T0: 10})
-    h.rewrite(p)  # the copy of T0=5 sits after the pending record, yet counts as older
+    h.commit("g", {T0: 5, T1: 5})  # 0, 1
+    h.txn_commit("g", 7, {T0: 10, T1: 10})  # 2, 3
+    h.commit("g", {T1: 20})  # 4: written after the transactional T1, before its marker: it wins
+    _same_after_compaction(h, horizon_passed=True)
+    assert _surviving(h, p) == [0, 1, 2, 3, 4]
+    h.marker("g", 7, commit=True)  # 5
+    assert h.committed("g") == {T0: 10, T1: 20}
+    _same_after_compaction(h, horizon_passed=True)
+    assert _surviving(h, p) == [2, 4, 5]  # compaction keeps what replay applies: the latest record of each key
+    h.txn_commit("g", 8, {T0: 99})  # 6
+    h.marker("g", 8, commit=False)  # 7
+    _same_after_compaction(h)
+    assert _surviving(h, p) == [2, 4, 5, 7]  # the aborted batch goes, its marker until its horizon
+    _same_after_compaction(h, horizon_passed=True)
+    assert _surviving(h, p) == [2, 4, 5]
+    assert h.committed("g") == {T0: 10, T1: 20}
+
+
+def test_deletions_are_tombstones_so_compaction_brings_nothing_back() -> None:
+    cfg = GroupConfig(initial_rebalance_delay_ms=0, min_session_timeout_ms=100, offsets_retention_ms=10_000,
+                      offsets_retention_check_interval_ms=1000)
+    h = Harness(cfg)
+    (member, gen), = h.stable_group("expiring", 1)
+    h.commit("expiring", {T2: 3}, member_id=member, generation=gen)
+    h.leave("expiring", (member, None))
+    h.advance(5000)
+    h.advance(6000)  # past retention: the empty group's offsets and then the group itself are tombstoned
+    assert "expiring" not in h.coord.groups
+    h.commit("deleted", {T0: 1})
+    h.txn_commit("deleted", 7, {T1: 2})
+    assert h.reply(h.call("delete_group", group_id="deleted")) == E.NONE
+    h.marker("deleted", 7, commit=True)
+    h.commit("g", {T0: 1, T1: 1, ("tt", 0): 1})
+    h.apply(h.coord.delete_offsets(99, "g", [T0]))
+    h.apply(h.coord.remove_topic_offsets("tt"))
+    assert h.committed("g") == {T1: 1}
+    _same_after_compaction(h)
+    _same_after_compaction(h, horizon_passed=True)  # the tombstones themselves are gone now
+    assert not any(e.value is None for entries in h.log.values() for e in entries if isinstance(e, DataRecord))
     fresh = h.rebuilt()
+    assert set(fresh.groups) == {"g"} and fresh.groups["g"].offsets.keys() == {T1}
+
+
+def test_pending_offsets_survive_compaction_of_other_groups_and_a_reload() -> None:
+    h = Harness()
+    p = h.coord.partition_of("g")
+    h.txn_commit("g", 7, {T0: 10})
+    for i in range(5):
+        h.commit("y", {T2: i})
+    _same_after_compaction(h, horizon_passed=True)
+    fresh = h.rebuilt()  # a restart while the transaction is open
+    assert fresh.groups["g"].pending_txn_offsets[7][T0].offset == 10
     h.marker("g", 7, commit=True)
-    assert h.committed("g") == {T0: 10}
-    fresh.replay_marker(p, 7, True)
-    assert {tp: e.offset for tp, e in fresh.groups["g"].offsets.items()} == {T0: 10}
+    fresh.replay_marker(p, 7, True)  # the marker written after the restart settles it there too
+    assert {tp: e.offset for tp, e in fresh.groups["g"].offsets.items()} == {T0: 10} == h.committed("g")
+    _same_after_compaction(h, horizon_passed=True)

@@ -67,6 +67,7 @@ BOOLEAN = 1
 STRING = 2
 INT = 3
 LONG = 5
+DOUBLE = 6
 LIST = 7
 
 # IncrementalAlterConfigs operations (AlterConfigOp.OpType).
@@ -103,7 +104,15 @@ _TOPIC_DOCS: dict[str, str] = {
     "message.timestamp.before.max.ms": "How far a batch's timestamp may lie before the broker's clock.",
     "message.timestamp.after.max.ms": "How far a batch's timestamp may lie after the broker's clock.",
     "file.delete.delay.ms": "Time a deleted segment's files are kept before they are removed from disk.",
-    "cleanup.policy": "What happens to old segments: delete (compact is not supported yet).",
+    "cleanup.policy": "What happens to old segments: delete (retention), compact (the latest record of every key "
+                      "is kept), or both.",
+    "min.cleanable.dirty.ratio": "Share of a compacted log that must be dirty (not yet cleaned) before the cleaner "
+                                 "cleans it.",
+    "min.compaction.lag.ms": "Records younger than this are never compacted.",
+    "max.compaction.lag.ms": "A record is compacted at the latest this long after it was written, however clean "
+                             "the log.",
+    "delete.retention.ms": "How long a tombstone (and a transaction marker) is kept after the cleaning that made it "
+                           "removable, so that consumers still see it.",
     "min.insync.replicas": "Smallest number of in-sync replicas for an acks=all write to be accepted.",
     "unclean.leader.election.enable": "Whether a replica outside the ISR may become leader when no ISR member is "
                                       "alive, at the price of losing committed records.",
@@ -116,6 +125,7 @@ _BUILTIN_DEFAULTS = LogConfig().to_properties()
 
 
 _INTEGER_TOPIC_KEYS = frozenset(f.name.replace("_", ".") for f in fields(LogConfig) if isinstance(f.default, int))
+_FLOAT_TOPIC_KEYS = frozenset(f.name.replace("_", ".") for f in fields(LogConfig) if isinstance(f.default, float))
 
 
 def _topic_config_type(name: str) -> int:
@@ -125,6 +135,8 @@ def _topic_config_type(name: str) -> int:
         return BOOLEAN
     if name in _INT_TOPIC_KEYS:
         return INT
+    if name in _FLOAT_TOPIC_KEYS:
+        return DOUBLE
     return LONG if name in _INTEGER_TOPIC_KEYS else STRING
 
 

@@ -4,7 +4,9 @@
 append to ``__consumer_offsets``, responses to send); the broker's runtime (``broker/group_runtime.py``)
 does the I/O. Membership is in ``membership.py``, offsets in ``offsets.py``, transactional offsets in
 ``txn_offsets.py``. This module adds what spans groups: DescribeGroups, ListGroups, DeleteGroups, the
-periodic ``tick``, loading a partition at startup, and the rewrite that keeps the topic bounded.
+periodic ``tick``, and loading a partition at startup. (The log cleaner keeps the topic bounded:
+every deletion here is written as tombstones, one per key it removes, so a compacted log replays
+to the same state.)
 
 Invariants:
 - State that survives a restart changes only through ``replay`` (``state.py``).

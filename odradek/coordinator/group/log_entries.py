@@ -10,9 +10,10 @@ log start (``state.py`` applies them). Two kinds of entry:
   producer's pending offsets in this partition only.
 
 Invariants:
-- ``record_offset`` is the record's own log offset, except for a copy that a rewrite appended: that
-  copy carries its original's offset (so an older offset stays older than a later pending
-  transactional one). Record offsets of group records are not used.
+- ``record_offset`` is the record's own log offset, except for a copy that an earlier version's
+  rewrite of the topic appended: that copy carries its original's offset (so an older offset stays
+  older than a later pending transactional one). Compaction keeps offsets, so nothing writes such
+  copies any more. Record offsets of group records are not used.
 - A marker never carries data; a data record with a producer id is pending until a marker of that
   producer follows it in the same partition.
 """

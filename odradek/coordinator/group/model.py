@@ -60,8 +60,8 @@ class OffsetEntry:
     """A committed (or pending transactional) offset.
 
     ``record_offset`` is where the record that wrote it sits in ``__consumer_offsets`` (Kafka's
-    recordOffset; a rewritten copy keeps its original's): a transactional offset is applied at its
-    COMMIT marker only over an offset written before it.
+    recordOffset; a copy an earlier version's rewrite appended keeps its original's): a transactional
+    offset is applied at its COMMIT marker only over an offset written before it.
     """
 
     offset: int

@@ -39,7 +39,7 @@ import uuid
 from collections.abc import Callable
 
 from odradek.coordinator.group.config import GroupConfig
-from odradek.coordinator.group.log_entries import NO_PRODUCER_ID, DataRecord, LogEntry, TxnMarker
+from odradek.coordinator.group.log_entries import NO_PRODUCER_ID, LogEntry, TxnMarker
 from odradek.coordinator.group.model import Group, GroupState, Member, OffsetEntry
 from odradek.coordinator.group.records import (
     GroupKey,
@@ -251,29 +251,3 @@ class CoordinatorState:
             for m in group.members.values()
         )
         return GroupValue(group.protocol_type or "", group.generation, group.protocol, group.leader, now, members)
-
-    def live_records(self, partition: int) -> list[DataRecord]:
-        """The records that rebuild this partition's committed state, each with its ``record_offset``: what a
-        rewrite of the partition appends. Pending transactional offsets are not among them: a rewrite keeps
-        the log from ``oldest_pending_offset`` on instead, so that they stay where their markers find them."""
-        out: list[DataRecord] = []
-        for group in self.groups_in(partition):
-            for (topic, p), e in group.offsets.items():
-                value = OffsetValue(e.offset, e.leader_epoch, e.metadata, e.commit_timestamp, e.expire_timestamp)
-                out.append(DataRecord(OffsetKey(group.group_id, topic, p), value, e.record_offset))
-            if group.persisted is not None:
-                out.append(DataRecord(GroupKey(group.group_id), group.persisted, -1))
-        return out
-
-    def oldest_pending_offset(self, partition: int) -> int | None:
-        """The lowest record offset of a pending transactional offset in ``partition`` (None: there is none).
-        A rewrite must keep the log from here: replay needs these records before their markers."""
-        lowest: int | None = None
-        for (part, producer_id), group_ids in self.open_txns.items():
-            if part != partition:
-                continue
-            for group_id in group_ids:
-                for entry in self.groups[group_id].pending_txn_offsets[producer_id].values():
-                    if lowest is None or entry.record_offset < lowest:
-                        lowest = entry.record_offset
-        return lowest

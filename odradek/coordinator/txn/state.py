@@ -134,7 +134,3 @@ class TxnCoordinatorState:
                         None if meta.state is TxnState.EMPTY else group_partitions(meta.partitions),
                         meta.last_update_ms, meta.start_ms, meta.previous_producer_id, meta.next_producer_id,
                         meta.client_transaction_version, meta.last_producer_epoch)
-
-    def live_records(self, partition: int) -> list[tuple[TxnKey, TxnValue]]:
-        """The records that rebuild this partition's durable state: what a rewrite of the partition keeps."""
-        return [(TxnKey(tid), self.value_of(self.txns[tid])) for tid in self.ids_in(partition)]

@@ -9,7 +9,8 @@ Invariants of ``rewrite_batch``:
 - Offsets never change: kept records keep their absolute offsets; a rewritten batch keeps the original's base
   offset *and* last offset delta (so the producer's last sequence survives compaction, as Kafka's does), its
   producer id, epoch and base sequence, its transactional and control flags, its partition leader epoch, its
-  codec (a compressed batch is recompressed with its own codec) and its timestamp type.
+  codec (a compressed batch is recompressed with its own codec; an emptied one is the header alone, uncompressed)
+  and its timestamp type.
 - Record timestamps never change. With a delete horizon (Kafka's KIP-534: the batch holds tombstones or is a
   transaction marker, and was cleaned once), the base timestamp field holds the horizon, the header's
   ``DELETE_HORIZON_BIT`` says so, and every kept record's timestamp delta is re-encoded against it.
@@ -155,7 +156,11 @@ def rewrite_batch(raw: bytes | bytearray | memoryview, header: rb.BatchHeader, b
         max_ts = header.max_timestamp
     else:
         max_ts = header.base_timestamp + max(r[TS_DELTA] for r in kept)
-    payload = compress(header.compression, new_body) if header.compression else new_body
+    if not kept:  # the header alone, uncompressed (Kafka's writeEmptyHeader)
+        attributes &= ~rb.COMPRESSION_MASK
+        payload = b""
+    else:
+        payload = compress(header.compression, new_body) if header.compression else new_body
     out = bytearray(rb.HEADER_SIZE + len(payload))
     rb.HEADER.pack_into(
         out, 0, header.base_offset, len(out) - rb.LOG_OVERHEAD, header.partition_leader_epoch, rb.CURRENT_MAGIC, 0,

@@ -11,7 +11,9 @@ broker swaps the result in: ``swap.py``, ``cleaner.py``):
    segment (``planning.group_by_size``), each into new files ``<base>.*.cleaned`` named after the group's first
    segment. A record survives when it is its key's latest (or its key is not in the map: it was last written
    in the clean part); a tombstone (null value) also needs its batch's delete horizon not to have passed;
-   records without a key are dropped (they cannot be compacted: Kafka counts them as invalid).
+   records without a key are dropped (they cannot be compacted: Kafka counts them as invalid). Records past the
+   last one mapped (in the segment where a full map stopped) are kept as they are: a tombstone there may delete a
+   value this pass did not map.
 3. Transactions: batches of aborted transactions are dropped whole; an ABORT marker stays while this pass
    still saw (and dropped) data of its transaction, and its entry goes to the cleaned segment's transaction
    index; a COMMIT marker stays while data of its transaction survive. A marker that may go stays until its
@@ -286,10 +288,14 @@ class _Rewriter:
     def _kept(self, h: rb.BatchHeader, records: list[RecordSpan]) -> list[RecordSpan]:
         get = self.map.offsets.get
         base = h.base_offset
+        mapped_to = self.map.latest_offset
         expired = has_delete_horizon(h) and self.task.now_ms >= h.base_timestamp
         kept = []
         for r in records:
             key = r[KEY]
+            if base + r[OFFSET_DELTA] > mapped_to:  # past what this pass mapped: kept as it is (Kafka's
+                kept.append(r)  # pastLatestOffset), or a tombstone could go before the value it deletes
+                continue
             if key is None:
                 self.stats.keyless_removed += 1
                 continue

@@ -26,10 +26,12 @@ Invariants:
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import multiprocessing
 import multiprocessing.connection
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -48,6 +50,7 @@ log = logging.getLogger(__name__)
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 CLEANER_METRICS = "log-cleaner-metrics"  # Kafka's LogCleaner gauges, rewritten after each pass (dump-log shows it)
 TopicPartition = tuple[str, int]
+_PR_SET_PDEATHSIG = 1
 WORKER_NICENESS = 19  # the lowest priority: the broker's threads win any contended CPU
 
 
@@ -101,7 +104,8 @@ class _Worker:
     def __init__(self) -> None:
         ctx = multiprocessing.get_context("spawn")
         self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=_worker_main, args=(child,), name="odradek-cleaner-worker", daemon=True)
+        self.process = ctx.Process(target=_worker_main, args=(child, os.getpid()), name="odradek-cleaner-worker",
+                                   daemon=True)
         self.process.start()
         child.close()
 
@@ -135,8 +139,21 @@ class _WorkerError(Exception):
         self.corrupt = corrupt
 
 
-def _worker_main(conn: multiprocessing.connection.Connection) -> None:
+def _die_with_parent(parent: int) -> None:
+    """Have the kernel kill this process when the broker dies (prctl PR_SET_PDEATHSIG): a worker outliving a
+    killed broker would go on writing ``.cleaned`` files beside the restarted broker's cleaner."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # the broker died before the call above
+        os._exit(1)
+
+
+def _worker_main(conn: multiprocessing.connection.Connection, parent: int) -> None:
     """A worker process: clean each task received until the pipe closes."""
+    _die_with_parent(parent)
     try:
         os.nice(WORKER_NICENESS)
     except OSError:

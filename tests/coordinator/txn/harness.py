@@ -86,6 +86,15 @@ class Harness:
     def end(self, tid: str, pid: int, epoch: int, commit: bool) -> Any:
         return self.reply(self.call("end_txn", tid, pid, epoch, commit))
 
+    def compact(self, *, horizon_passed: bool = False) -> None:
+        """As the log cleaner compacts ``__transaction_state`` (it holds no transactions of its own): the latest
+        record of every key; with ``horizon_passed`` (``delete.retention.ms`` after the cleaning that first saw
+        them) not even the tombstones. Offsets never change, so only the order of what is left matters here."""
+        for p, records in self.log.items():
+            latest = {kb: i for i, (kb, _) in enumerate(records)}
+            self.log[p] = [(kb, vb) for i, (kb, vb) in enumerate(records)
+                           if latest[kb] == i and not (horizon_passed and vb is None)]
+
     def rebuilt(self) -> TransactionCoordinator:
         """A fresh coordinator that replayed the bytes this one wrote (a broker restart)."""
         fresh = TransactionCoordinator(self.config, SequentialProducerIds(0), self.coord.num_partitions)

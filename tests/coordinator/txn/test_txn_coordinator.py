@@ -372,6 +372,9 @@ def test_idle_transactional_ids_expire_with_a_tombstone() -> None:
     assert "idle" not in h.coord.txns and "busy" in h.coord.txns  # Ongoing never expires
     assert h.written[-1] == (TxnKey("idle"), None)
     assert h.coord.describe(["idle"])[0].error is E.TRANSACTIONAL_ID_NOT_FOUND
+    for horizon_passed in (False, True):  # compacted, with its tombstone or without: the id stays gone
+        h.compact(horizon_passed=horizon_passed)
+        assert set(h.rebuilt().txns) == {"busy"}
     assert h.init("idle") == InitProducerIdResult(E.NONE, 1002, 0)  # a new producer id
 
 

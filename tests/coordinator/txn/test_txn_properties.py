@@ -1,6 +1,7 @@
-"""Random interleavings of producers' requests, failed appends, marker completions, time and restarts: the
-coordinator never answers a ticket twice or leaves one unanswered, never leaves a prepared transaction without
-markers on their way, and its durable state is always exactly what replaying the bytes it wrote gives."""
+"""Random interleavings of producers' requests, failed appends, marker completions, time, restarts and
+compaction of ``__transaction_state``: the coordinator never answers a ticket twice or leaves one unanswered,
+never leaves a prepared transaction without markers on their way, and its durable state is always exactly what
+replaying the bytes it wrote gives, compacted or not."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ E = ErrorCode
 S = TxnState
 TIDS = ("a", "b", "c")
 KINDS = (("init",) * 3 + ("init_kip360",) + ("add",) * 4 + ("add_offsets",) + ("commit",) * 3 + ("abort",) * 2
-         + ("verify",) + ("markers",) * 3 + ("advance",) * 2 + ("fail_on", "fail_off", "fail_off", "restart"))
+         + ("verify",) + ("markers",) * 3 + ("advance",) * 2 + ("fail_on", "fail_off", "fail_off", "restart")
+         + ("compact",))
 action = st.tuples(st.sampled_from(KINDS), st.sampled_from(TIDS), st.integers(0, 3), st.booleans())
 CONFIG = TxnConfig(max_timeout_ms=5000, transactional_id_expiration_ms=3000, abort_timed_out_interval_ms=100,
                    remove_expired_interval_ms=500, num_partitions=2)
@@ -72,6 +74,8 @@ def test_random_interleavings(actions: list[tuple[str, str, int, bool]]) -> None
             h.fail_writes = E.KAFKA_STORAGE_ERROR if flag else E.REQUEST_TIMED_OUT
         elif kind == "fail_off":
             h.fail_writes = None
+        elif kind == "compact":  # flag: the tombstones' delete horizon has passed
+            h.compact(horizon_passed=flag)
         elif kind == "restart":
             h.coord = fresh = h.rebuilt()
             h.markers.clear()  # markers in flight die with the broker; the load starts them again
