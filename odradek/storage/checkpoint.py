@@ -65,14 +65,15 @@ def write_atomically(path: Path, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-        _fsync_directory(path.parent)
+        fsync_directory(path.parent)
     except OSError as e:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
         raise StorageError(f"could not write {path}: {e}") from e
 
 
-def _fsync_directory(directory: Path) -> None:
+def fsync_directory(directory: Path) -> None:
+    """Make the renames and creations in ``directory`` durable."""
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -45,7 +45,7 @@ from pathlib import Path
 
 from odradek.clock import SYSTEM_CLOCK, Clock
 from odradek.protocol.errors import KafkaError, StorageError
-from odradek.storage.checkpoint import OffsetCheckpointFile, write_atomically
+from odradek.storage.checkpoint import OffsetCheckpointFile, fsync_directory, write_atomically
 from odradek.storage.cleaner.cleaner import CleanerConfig, LogCleaner
 from odradek.storage.config import MINUTES, LogConfig
 from odradek.storage.log import Log, is_io_error, parse_log_dir_name
@@ -172,7 +172,7 @@ class LogManager:
                 progress(n, len(candidates))
         if clean:
             (d / CLEAN_SHUTDOWN_FILE).unlink()
-            _fsync_dir(d)
+            fsync_directory(d)
 
     def _adopt(self, tp: TopicPartition, d: Path, lg: Log) -> Log:
         lg.on_io_error = lambda e: self.fail_dir(d, e)
@@ -339,7 +339,7 @@ class LogManager:
         doomed = d / f"{victim.directory.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
         try:
             os.replace(victim.directory, doomed)
-            _fsync_dir(d)
+            fsync_directory(d)
             shutil.rmtree(doomed)
         except OSError as e:
             raise StorageError(f"cannot delete log {victim.directory}: {e}") from e
@@ -441,9 +441,3 @@ def _partition_dirs(d: Path) -> list[TopicPartition]:
     return [tp for name in names if not name.endswith(DELETE_DIR_SUFFIX) and (tp := parse_log_dir_name(name))]
 
 
-def _fsync_dir(d: Path) -> None:
-    fd = os.open(d, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

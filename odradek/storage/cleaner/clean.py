@@ -46,6 +46,7 @@ from pathlib import Path
 from odradek.protocol import batch as rb
 from odradek.protocol.errors import CorruptRecordError
 from odradek.protocol.records import ControlType, parse_control_key
+from odradek.storage.checkpoint import fsync_directory
 from odradek.storage.cleaner.batch_filter import (
     HAS_VALUE,
     KEY,
@@ -393,11 +394,7 @@ def clean(task: CleanTask) -> CleanResult:
     try:
         for group in groups:
             cleaned.append(_write_group(task, group, rewriter, scratch, throttle))
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_directory(directory)
     except BaseException:
         for c in cleaned:
             discard_cleaned(directory, c.base_offset)

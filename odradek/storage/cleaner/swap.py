@@ -27,6 +27,7 @@ import shutil
 from pathlib import Path
 
 from odradek.protocol import batch as rb
+from odradek.storage.checkpoint import fsync_directory
 from odradek.storage.cleaner.clean import CLEANED_SUFFIX, SCRATCH_DIR, SEGMENT_SUFFIXES
 from odradek.storage.segment import LOG_SUFFIX, segment_name
 
@@ -35,21 +36,13 @@ log = logging.getLogger(__name__)
 SWAP_SUFFIX = ".swap"
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _rename_all(directory: Path, base_offset: int, old_suffix: str, new_suffix: str) -> None:
     stem = segment_name(base_offset)
     for suffix in SEGMENT_SUFFIXES:
         src = directory / (stem + suffix + old_suffix)
         if src.exists():
             os.replace(src, directory / (stem + suffix + new_suffix))
-    _fsync_dir(directory)
+    fsync_directory(directory)
 
 
 def commit(directory: Path, base_offset: int) -> None:
