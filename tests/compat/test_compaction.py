@@ -9,6 +9,7 @@ waited for by sleeping.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import time
@@ -176,32 +177,12 @@ def test_a_topic_switched_to_compaction_while_live_is_cleaned(cleaner_broker: Br
         client.close()
 
 
-def test_transactions_on_a_compacted_topic_read_committed(cleaner_broker: BrokerProcess) -> None:
-    """Committed transactions compact like any records; aborted ones vanish for every reader; a read_committed
-    reader from the beginning rebuilds exactly the committed state."""
-    from confluent_kafka import Consumer, Producer, TopicPartition
+def _read_committed(b: BrokerProcess, topic: str) -> list[tuple[bytes, bytes | None]]:
+    """(key, value) of every record a read_committed confluent consumer reads from the beginning to the end."""
+    from confluent_kafka import Consumer, TopicPartition
 
-    topic = f"txn-compacted-{uuid.uuid4().hex[:6]}"
-    create_topic(cleaner_broker, topic, configs=COMPACTED)
-    p = Producer({"bootstrap.servers": cleaner_broker.bootstrap, "transactional.id": f"tx-{topic}",
-                  "linger.ms": 5})
-    p.init_transactions(30)
-    committed: list[tuple[bytes, bytes | None]] = []
-    for t in range(40):
-        p.begin_transaction()
-        recs = [(b"key-%02d" % k, b"txn %d key %d " % (t, k) + bytes(80)) for k in range(20)]
-        for k, v in recs:
-            p.produce(topic, key=k, value=v, partition=0)
-        if t % 3 == 2:
-            p.abort_transaction(30)
-        else:
-            p.commit_transaction(30)
-            committed += recs
-    p.flush(30)
-    _wait(lambda: _cleaned_all(cleaner_broker, topic), f"the cleaner to clean {topic}")
-    c = Consumer({"bootstrap.servers": cleaner_broker.bootstrap, "group.id": f"g-{topic}",
-                  "isolation.level": "read_committed", "enable.auto.commit": False,
-                  "enable.partition.eof": True})
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": f"g-{topic}", "isolation.level": "read_committed",
+                  "enable.auto.commit": False, "enable.partition.eof": True})
     c.assign([TopicPartition(topic, 0, 0)])
     got: list[tuple[bytes, bytes | None]] = []
     deadline = time.monotonic() + DEADLINE_S
@@ -212,16 +193,123 @@ def test_transactions_on_a_compacted_topic_read_committed(cleaner_broker: Broker
                 continue
             if m.error():
                 if m.error().code() == -191:  # _PARTITION_EOF: read up to the last stable offset
-                    break
+                    return got
                 raise AssertionError(m.error())
             got.append((m.key(), m.value()))
-        else:
-            raise AssertionError(f"did not reach the end of {topic}")
     finally:
         c.close()
-    assert _state(got) == _state(committed)
-    assert {v for _, v in got} <= {v for _, v in committed}, "an aborted record was read"
-    assert len(got) < len(committed)
+    raise AssertionError(f"did not reach the end of {topic}")
+
+
+def _txn_rounds(t: int) -> tuple[list[tuple[bytes, bytes]], bool]:
+    """The records of transaction ``t`` and whether it commits (every third one aborts)."""
+    return [(b"key-%02d" % k, b"txn %d key %d " % (t, k) + os.urandom(80)) for k in range(20)], t % 3 != 2
+
+
+def _confluent_txns(b: BrokerProcess, topic: str, n: int) -> list[tuple[bytes, bytes | None]]:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": f"tx-{topic}", "linger.ms": 5})
+    p.init_transactions(30)
+    committed: list[tuple[bytes, bytes | None]] = []
+    for t in range(n):
+        recs, commit = _txn_rounds(t)
+        p.begin_transaction()
+        for k, v in recs:
+            p.produce(topic, key=k, value=v, partition=0)
+        if commit:
+            p.commit_transaction(30)
+            committed += recs
+        else:
+            p.abort_transaction(30)
+    p.flush(30)
+    return committed
+
+
+def _kafka_python_txns(b: BrokerProcess, topic: str, n: int) -> list[tuple[bytes, bytes | None]]:
+    from kafka import KafkaProducer
+
+    p = KafkaProducer(bootstrap_servers=b.bootstrap, transactional_id=f"kp-{topic}")
+    committed: list[tuple[bytes, bytes | None]] = []
+    try:
+        p.init_transactions()
+        for t in range(n):
+            recs, commit = _txn_rounds(t)
+            p.begin_transaction()
+            for k, v in recs:
+                p.send(topic, key=k, value=v, partition=0)
+            p.flush(30)
+            if commit:
+                p.commit_transaction()
+                committed += recs
+            else:
+                p.abort_transaction()
+    finally:
+        p.close(10)
+    return committed
+
+
+def _aiokafka_txns(b: BrokerProcess, topic: str, n: int) -> list[tuple[bytes, bytes | None]]:
+    from aiokafka import AIOKafkaProducer
+
+    committed: list[tuple[bytes, bytes | None]] = []
+
+    async def run() -> None:
+        p = AIOKafkaProducer(bootstrap_servers=b.bootstrap, transactional_id=f"aio-{topic}")
+        await p.start()
+        try:
+            for t in range(n):
+                recs, commit = _txn_rounds(t)
+                await p.begin_transaction()
+                for k, v in recs:
+                    await p.send(topic, key=k, value=v, partition=0)
+                if commit:
+                    await p.commit_transaction()
+                    committed.extend(recs)
+                else:
+                    await p.abort_transaction()
+        finally:
+            await p.stop()
+
+    asyncio.run(asyncio.wait_for(run(), 120))
+    return committed
+
+
+def _kafka_python_read_committed(b: BrokerProcess, topic: str) -> list[tuple[bytes, bytes | None]]:
+    from kafka import KafkaConsumer, TopicPartition
+
+    c = KafkaConsumer(bootstrap_servers=b.bootstrap, isolation_level="read_committed", enable_auto_commit=False)
+    tp = TopicPartition(topic, 0)
+    c.assign([tp])
+    c.seek(tp, 0)
+    end = c.end_offsets([tp])[tp]  # the last stable offset for a read_committed consumer
+    got: list[tuple[bytes, bytes | None]] = []
+    deadline = time.monotonic() + DEADLINE_S
+    try:
+        while c.position(tp) < end:
+            assert time.monotonic() < deadline, f"kafka-python read up to {c.position(tp)} of {end}"
+            for records in c.poll(timeout_ms=500).values():
+                got += [(r.key, r.value) for r in records]
+    finally:
+        c.close()
+    return got
+
+
+@pytest.mark.parametrize("library", ["confluent", "kafka-python", "aiokafka"])
+def test_transactions_on_a_compacted_topic_read_committed(cleaner_broker: BrokerProcess, library: str) -> None:
+    """Committed transactions compact like any records; aborted ones vanish for every reader; a read_committed
+    reader from the beginning rebuilds exactly the committed state."""
+    topic = f"txn-compacted-{library}-{uuid.uuid4().hex[:6]}"
+    create_topic(cleaner_broker, topic, configs=COMPACTED)
+    produce = {"confluent": _confluent_txns, "kafka-python": _kafka_python_txns, "aiokafka": _aiokafka_txns}[library]
+    committed = produce(cleaner_broker, topic, 40)
+    _wait(lambda: _cleaned_all(cleaner_broker, topic), f"the cleaner to clean {topic}")
+    readers = [_read_committed] + ([_kafka_python_read_committed] if library == "kafka-python" else [])
+    for read in readers:
+        got = read(cleaner_broker, topic)
+        assert _state(got) == _state(committed)
+        assert {v for _, v in got} <= {v for _, v in committed}, "an aborted record was read"
+        assert len(got) < len(committed)
 
 
 def test_a_compacted_consumer_offsets_keeps_every_group_s_offsets_across_a_restart(tmp_path: Any) -> None:
