@@ -15,6 +15,13 @@ Invariants:
   ``on_io_error`` before it is raised: the log manager takes the whole log directory offline, as Kafka's
   ``LogDirFailureChannel`` does (``manager.py``).
 
+Compaction (``cleaner/``): the cleaner plans from ``cleaning_view`` (segments, last stable offset, aborted
+transactions, live producers' last batches) and cleans files elsewhere; ``replace_with_cleaned`` swaps a cleaned
+segment in for the run of segments it replaces, under ``_lock``, only if they are still the log's (crash-safe
+renames: ``cleaner/swap.py``, recovered by ``open``). Offsets never change, so readers, followers and the producer
+state see the same log minus superseded records. On a compacted topic a produced record without a key is refused
+(INVALID_RECORD): the only look at a produced batch's records, and only there.
+
 Transactions (with a ``ProducerStateManager``; see producer_state.py and txn_index.py):
 - ``last_stable_offset`` = the first offset of the earliest transaction still ongoing (or completed
   by a marker not yet below the high watermark), capped by the high watermark and floored at the
