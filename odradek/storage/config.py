@@ -108,6 +108,14 @@ class LogConfig:
         return "compact" in self.cleanup_policy.lower()
 
     @property
+    def max_segment_ms(self) -> int:
+        """When the active segment rolls by age: segment.ms, or max.compaction.lag.ms if smaller on a compacted
+        topic (Kafka's KIP-354: a record waiting in the active segment must be cleanable within that lag)."""
+        if self.compact and 0 < self.max_compaction_lag_ms < self.segment_ms:
+            return self.max_compaction_lag_ms
+        return self.segment_ms
+
+    @property
     def delete(self) -> bool:
         """cleanup.policy includes delete: retention.ms and retention.bytes remove old segments."""
         return "delete" in self.cleanup_policy.lower()

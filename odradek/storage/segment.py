@@ -292,9 +292,10 @@ class LogSegment:
             pass
 
     def needs_roll(self, incoming_bytes: int, now_ms: int, max_timestamp: int | None = None) -> bool:
-        """As Kafka's shouldRoll: segment.ms is measured from the first batch's timestamp to the
-        incoming ``max_timestamp`` (record time, so replayed old data does not roll every append),
-        or from the segment's creation to ``now_ms`` when the first batch has no timestamp."""
+        """As Kafka's shouldRoll: segment.ms (or a smaller max.compaction.lag.ms of a compacted topic) is
+        measured from the first batch's timestamp to the incoming ``max_timestamp`` (record time, so replayed
+        old data does not roll every append), or from the segment's creation to ``now_ms`` when the first
+        batch has no timestamp."""
         if not self.size:
             return False
         if self.size + incoming_bytes > self.config.segment_bytes:
@@ -303,8 +304,8 @@ class LogSegment:
             return True
         first = self.rolling_timestamp
         if first is not None and first >= 0:
-            return (now_ms if max_timestamp is None else max_timestamp) - first > self.config.segment_ms
-        return now_ms - self.created_ms > self.config.segment_ms
+            return (now_ms if max_timestamp is None else max_timestamp) - first > self.config.max_segment_ms
+        return now_ms - self.created_ms > self.config.max_segment_ms
 
     def on_roll(self) -> None:
         """The segment stops being active: record its largest timestamp and trim the indexes."""

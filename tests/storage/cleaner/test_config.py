@@ -47,3 +47,10 @@ def test_broker_keys_set_the_cleaner_and_the_topic_defaults() -> None:
 def test_invalid_cleaner_keys_stop_the_broker_at_startup(key: str, value: str) -> None:
     with pytest.raises(ConfigError, match=key):
         BrokerConfig.from_properties({key: value})
+
+
+def test_a_compacted_topic_rolls_its_active_segment_within_max_compaction_lag() -> None:
+    assert LogConfig(segment_ms=10_000).max_segment_ms == 10_000
+    assert LogConfig(segment_ms=10_000, max_compaction_lag_ms=500).max_segment_ms == 10_000  # not compacted
+    assert LogConfig(segment_ms=10_000, max_compaction_lag_ms=500, cleanup_policy="compact").max_segment_ms == 500
+    assert LogConfig(segment_ms=400, max_compaction_lag_ms=500, cleanup_policy="compact").max_segment_ms == 400
