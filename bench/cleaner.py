@@ -21,9 +21,9 @@ What is measured:
   producer keeps dirtying it at ``--dirty-mbps`` MB/s all along (min.cleanable.dirty.ratio 0.1,
   log.cleaner.backoff.ms 1000: with the cleaner on, it cleans that topic over and over). Meanwhile
   ``rdkafka_performance`` measures produce throughput to another topic (1 KiB, acks=1, as
-  ``bench.broker_throughput``) and then end-to-end latency at 10,000 records/s (100 B, acks=-1, linger.ms 1).
-  Goals: throughput with the cleaner >= 0.8x without it; p99 <= 2x without it. The cleaner's passes during the
-  window are counted from the ``cleaner-offset-checkpoint`` progress.
+  ``bench.broker_throughput``; 300,000 records, 7 times, the median run) and then end-to-end latency at 10,000
+  records/s (100 B, acks=-1, linger.ms 1). Goals: throughput with the cleaner >= 0.8x without it; p99 <= 2x
+  without it. The cleaner's work during the window is read from its ``cleaner-offset-checkpoint`` progress.
 """
 
 from __future__ import annotations
@@ -213,7 +213,9 @@ def phase_impact(a: argparse.Namespace, tool: object, scratch: Path) -> dict[str
             dirtier.start()
             checkpoint = b.data_dir / "data" / CLEANER_CHECKPOINT
             progress0 = OffsetCheckpointFile(checkpoint).read().get((TABLE, 0), 0) if checkpoint.exists() else 0
-            run = produce_once(tool, b, 1024, "1", a.produce_count, 120, scratch)  # type: ignore[arg-type]
+            runs = [produce_once(tool, b, 1024, "1", a.produce_count, 120, scratch)  # type: ignore[arg-type]
+                    for _ in range(a.produce_rounds)]
+            run = sorted(runs, key=lambda r: r.mbps)[len(runs) // 2]  # the median run
             broker_throughput.TOPIC = LATENCY_TOPIC  # latency_once_c reads from the beginning of that topic
             try:
                 lat = latency_once_c(tool, b, 10_000, a.latency_seconds, 2.0, a.latency_seconds + 60,  # type: ignore[arg-type]
@@ -251,6 +253,7 @@ def main() -> None:
     a.log_mb = a.log_mb or (128 if a.quick else 512)
     a.table_mb = a.table_mb or (64 if a.quick else 256)
     a.produce_count = 100_000 if a.quick else 300_000
+    a.produce_rounds = 3 if a.quick else 7
     a.latency_seconds = 8.0 if a.quick else 20.0
     print_facts(machine_facts(a.tmp_root))
     print(f"# command: python -m bench.cleaner {' '.join(sys.argv[1:])}", flush=True)
