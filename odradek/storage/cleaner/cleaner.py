@@ -21,12 +21,14 @@ Invariants:
 - A log is cleaned by at most one thread at a time. A pass whose segments changed meanwhile (truncated, deleted
   by retention, the log deleted or closed) is thrown away whole: nothing is swapped in, the checkpoint stays.
 - A log whose data the cleaner cannot read (a corrupt batch) is marked uncleanable and skipped until restart
-  (Kafka's uncleanable partitions); an I/O error of its directory goes to the log manager like any other.
+  (Kafka's uncleanable partitions). A disk failure of a pass (ENOSPC, EIO... while the worker writes its
+  ``.cleaned`` files) goes to the log's ``on_io_error``: its manager takes the directory offline, as Kafka's.
 """
 
 from __future__ import annotations
 
 import ctypes
+import errno
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -134,9 +136,21 @@ class _Stopped(Exception):
 
 
 class _WorkerError(Exception):
-    def __init__(self, kind: str, message: str, corrupt: bool) -> None:
+    def __init__(self, kind: str, message: str, corrupt: bool, errno: int | None = None) -> None:
         super().__init__(f"{kind}: {message}")
         self.corrupt = corrupt
+        self.errno = errno
+
+
+# A worker's write failing with one of these is a failure of the disk: the log's directory goes offline, as
+# Kafka's cleaner reports an IOException to its LogDirFailureChannel (ENOENT is not: the log was deleted meanwhile).
+_DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EIO, errno.EROFS, errno.EDQUOT})
+
+
+def _errno_of(e: BaseException) -> int | None:
+    if isinstance(e, OSError):
+        return e.errno
+    return e.__cause__.errno if isinstance(e.__cause__, OSError) else None
 
 
 def _die_with_parent(parent: int) -> None:
@@ -168,7 +182,7 @@ def _worker_main(conn: multiprocessing.connection.Connection, parent: int) -> No
         try:
             conn.send(("ok", clean(task)))
         except Exception as e:  # reported to the cleaner thread, which decides
-            conn.send(("error", (type(e).__name__, str(e), isinstance(e, CorruptRecordError))))
+            conn.send(("error", (type(e).__name__, str(e), isinstance(e, CorruptRecordError), _errno_of(e))))
 
 
 class LogCleaner:
@@ -348,6 +362,10 @@ class LogCleaner:
                 self._mark_uncleanable(target.tp, str(e))
                 self._publish(target.directory)
                 return
+            self._maybe_disk_failure(lg, e, e.errno)
+            raise
+        except (OSError, StorageError) as e:  # in process
+            self._maybe_disk_failure(lg, e, _errno_of(e))
             raise
         except _Stopped:
             raise
@@ -358,6 +376,14 @@ class LogCleaner:
         self._record_progress(target.directory, target.tp, result.end_offset)
         self._account(lg.name, c, result)
         self._publish(target.directory)
+
+    @staticmethod
+    def _maybe_disk_failure(lg: Any, e: BaseException, code: int | None) -> None:
+        """Tell the log (so its manager takes the directory offline) about a disk failure of the pass."""
+        if code in _DISK_ERRNOS and not lg.closed and lg.on_io_error is not None:
+            failure = StorageError(f"{lg.name}: the log cleaner could not write its cleaned segment: {e}")
+            failure.__cause__ = OSError(code, os.strerror(code))
+            lg.on_io_error(failure)
 
     def _swap_in(self, lg: Any, segments: tuple[Any, ...], result: CleanResult) -> bool:
         by_base = {s.base_offset: s for s in segments}
