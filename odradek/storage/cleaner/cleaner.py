@@ -362,9 +362,15 @@ class LogCleaner:
                 self._mark_uncleanable(target.tp, str(e))
                 self._publish(target.directory)
                 return
+            if lg.closed:  # deleted or moved while it was cleaned: nothing to report
+                log.info("%s: cleaning pass abandoned: the log was closed meanwhile (%s)", lg.name, e)
+                return
             self._maybe_disk_failure(lg, e, e.errno)
             raise
         except (OSError, StorageError) as e:  # in process
+            if lg.closed:
+                log.info("%s: cleaning pass abandoned: the log was closed meanwhile (%s)", lg.name, e)
+                return
             self._maybe_disk_failure(lg, e, _errno_of(e))
             raise
         except _Stopped:
