@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from tests.compat.clients import CODECS, Client, Consumed, ProduceError, Rec, make_client
-from tests.compat.conftest import BrokerProcess, create_topic, running_broker
+from tests.compat.clients import CLIENTS, CODECS, Client, Consumed, ProduceError, Rec, make_client
+from tests.compat.conftest import BrokerProcess, _client_fixture, create_topic, running_broker
 
 pytestmark = pytest.mark.slow  # a real broker process and real clients
 
@@ -43,13 +43,9 @@ def cleaner_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerP
         yield b
 
 
-@pytest.fixture(params=["confluent", "kafka-python", "aiokafka"])
+@pytest.fixture(params=CLIENTS)
 def cclient(request: pytest.FixtureRequest, cleaner_broker: BrokerProcess) -> Iterator[Client]:
-    c = make_client(request.param, cleaner_broker.bootstrap)
-    try:
-        yield c
-    finally:
-        c.close()
+    yield from _client_fixture(request, cleaner_broker)
 
 
 def _cleaned_up_to(b: BrokerProcess, topic: str, partition: int = 0) -> int:
