@@ -197,6 +197,14 @@ def _read_committed(b: BrokerProcess, topic: str) -> list[tuple[bytes, bytes | N
     raise AssertionError(f"did not reach the end of {topic}")
 
 
+def _empty_batches(b: BrokerProcess, topic: str) -> int:
+    """How many stored batches hold no record (read from the segment files: the v2 header's record count)."""
+    from odradek.protocol.records import iter_batches
+
+    return sum(1 for seg in (b.data_dir / f"{topic}-0").glob("*.log")
+               for _, h in iter_batches(seg.read_bytes(), allow_partial_tail=True) if h.record_count == 0)
+
+
 def _txn_rounds(t: int) -> tuple[list[tuple[bytes, bytes]], bool]:
     """The records of transaction ``t`` and whether it commits (every third one aborts)."""
     return [(b"key-%02d" % k, b"txn %d key %d " % (t, k) + os.urandom(80)) for k in range(20)], t % 3 != 2
@@ -213,6 +221,7 @@ def _confluent_txns(b: BrokerProcess, topic: str, n: int) -> list[tuple[bytes, b
         p.begin_transaction()
         for k, v in recs:
             p.produce(topic, key=k, value=v, partition=0)
+        assert p.flush(30) == 0  # written before an abort too (an abort purges what was not sent)
         if commit:
             p.commit_transaction(30)
             committed += recs
@@ -258,7 +267,7 @@ def _aiokafka_txns(b: BrokerProcess, topic: str, n: int) -> list[tuple[bytes, by
                 recs, commit = _txn_rounds(t)
                 await p.begin_transaction()
                 for k, v in recs:
-                    await p.send(topic, key=k, value=v, partition=0)
+                    await p.send_and_wait(topic, key=k, value=v, partition=0)
                 if commit:
                     await p.commit_transaction()
                     committed.extend(recs)
@@ -291,6 +300,29 @@ def _kafka_python_read_committed(b: BrokerProcess, topic: str) -> list[tuple[byt
     return got
 
 
+def _aiokafka_read_committed(b: BrokerProcess, topic: str) -> list[tuple[bytes, bytes | None]]:
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    async def run() -> list[tuple[bytes, bytes | None]]:
+        c = AIOKafkaConsumer(bootstrap_servers=b.bootstrap, isolation_level="read_committed",
+                             enable_auto_commit=False)
+        await c.start()
+        tp = TopicPartition(topic, 0)
+        got: list[tuple[bytes, bytes | None]] = []
+        try:
+            c.assign([tp])
+            c.seek(tp, 0)
+            end = (await c.end_offsets([tp]))[tp]  # the last stable offset for a read_committed consumer
+            while await c.position(tp) < end:
+                for records in (await c.getmany(timeout_ms=500)).values():
+                    got += [(r.key, r.value) for r in records]
+        finally:
+            await c.stop()
+        return got
+
+    return asyncio.run(asyncio.wait_for(run(), DEADLINE_S))
+
+
 @pytest.mark.parametrize("library", ["confluent", "kafka-python", "aiokafka"])
 def test_transactions_on_a_compacted_topic_read_committed(cleaner_broker: BrokerProcess, library: str) -> None:
     """Committed transactions compact like any records; aborted ones vanish for every reader; a read_committed
@@ -298,11 +330,21 @@ def test_transactions_on_a_compacted_topic_read_committed(cleaner_broker: Broker
     topic = f"txn-compacted-{library}-{uuid.uuid4().hex[:6]}"
     create_topic(cleaner_broker, topic, configs=COMPACTED)
     produce = {"confluent": _confluent_txns, "kafka-python": _kafka_python_txns, "aiokafka": _aiokafka_txns}[library]
-    committed = produce(cleaner_broker, topic, 40)
+    committed = produce(cleaner_broker, topic, 42)  # the last transaction aborts: its batch stays, emptied...
+    other = make_client("confluent", cleaner_broker.bootstrap)
+    try:  # ... once other writes roll its segment
+        for _ in range(3):
+            other.produce(topic, [Rec(key=b"other-%02d" % k, value=os.urandom(100), partition=0) for k in range(60)])
+    finally:
+        other.close()
     _wait(lambda: _cleaned_all(cleaner_broker, topic), f"the cleaner to clean {topic}")
-    readers = [_read_committed] + ([_kafka_python_read_committed] if library == "kafka-python" else [])
+    assert _empty_batches(cleaner_broker, topic), "the live producer's last batch was not kept emptied"
+    # every library's reader too: the cleaner leaves empty batches (a live producer's last one) in the log
+    readers = [_read_committed, {"confluent": _read_committed, "kafka-python": _kafka_python_read_committed,
+                                 "aiokafka": _aiokafka_read_committed}[library]]
     for read in readers:
         got = read(cleaner_broker, topic)
+        got = [(k, v) for k, v in got if not k.startswith(b"other-")]
         assert _state(got) == _state(committed)
         assert {v for _, v in got} <= {v for _, v in committed}, "an aborted record was read"
         assert len(got) < len(committed)
