@@ -63,7 +63,7 @@ from odradek.protocol.records import ControlType, build_control_batch, decode_re
 from odradek.storage.cleaner import swap as cleaner_swap
 from odradek.storage.cleaner.batch_filter import KEY, batch_body, scan_records
 from odradek.storage.cleaner.clean import CLEANED_SUFFIX, CleanedSegment, discard_cleaned
-from odradek.storage.cleaner.planning import SegmentSummary
+from odradek.storage.cleaner.planning import Cleanable, SegmentSummary, cleanable
 from odradek.storage.config import LogConfig
 from odradek.storage.leader_epoch import LeaderEpochCache
 from odradek.storage.producer_state import (
@@ -139,6 +139,12 @@ class CleaningView:
     last_stable_offset: int
     aborted: tuple[AbortedTxn, ...]
     producer_last_offsets: dict[int, int]
+
+    def cleanable(self, checkpoint: int | None, now_ms: int, min_compaction_lag_ms: int) -> Cleanable:
+        """What a pass may clean (``planning.cleanable``), from the cleaner's checkpoint."""
+        return cleanable(self.summaries, log_start=self.log_start_offset, checkpoint=checkpoint,
+                         last_stable_offset=self.last_stable_offset, now_ms=now_ms,
+                         min_compaction_lag_ms=min_compaction_lag_ms)
 
 
 @dataclass(frozen=True, slots=True)

@@ -192,8 +192,8 @@ class _Aborted:
         ranges: dict[int, list[tuple[int, int]]] = {}
         for txn in aborted:
             ranges.setdefault(txn.producer_id, []).append((txn.first_offset, txn.last_offset))
-        self._firsts = {pid: [r[0] for r in sorted(rs)] for pid, rs in ranges.items()}
         self._ranges = {pid: sorted(rs) for pid, rs in ranges.items()}
+        self._firsts = {pid: [r[0] for r in rs] for pid, rs in self._ranges.items()}
         self._entries = {(t.producer_id, t.last_offset): t for t in aborted}
 
     def covers(self, h: rb.BatchHeader) -> AbortedTxn | None:
@@ -239,11 +239,8 @@ def build_offset_map(task: CleanTask, offset_map: OffsetMap, aborted: _Aborted, 
     return task.first_uncleanable
 
 
-def _marker_type(raw: bytes, h: rb.BatchHeader) -> ControlType:
-    records = scan_records(batch_body(raw, h), h)
-    if not records:
-        return ControlType.UNKNOWN
-    return parse_control_key(records[0][KEY]).type
+def _marker_type(records: list[RecordSpan]) -> ControlType:
+    return parse_control_key(records[0][KEY]).type if records else ControlType.UNKNOWN
 
 
 class _Rewriter:
@@ -294,13 +291,14 @@ class _Rewriter:
         kept = []
         for r in records:
             key = r[KEY]
-            if base + r[OFFSET_DELTA] > mapped_to:  # past what this pass mapped: kept as it is (Kafka's
-                kept.append(r)  # pastLatestOffset), or a tombstone could go before the value it deletes
+            offset = base + r[OFFSET_DELTA]
+            if offset > mapped_to:  # past what this pass mapped: kept as it is (Kafka's pastLatestOffset), or a
+                kept.append(r)  # tombstone could go before the value it deletes
                 continue
             if key is None:
                 self.stats.keyless_removed += 1
                 continue
-            if base + r[OFFSET_DELTA] < get(key, -1):
+            if offset < get(key, -1):
                 continue
             if expired and not r[HAS_VALUE]:
                 self.stats.tombstones_removed += 1
@@ -309,7 +307,9 @@ class _Rewriter:
         return kept
 
     def _marker(self, raw: bytes, h: rb.BatchHeader) -> tuple[bytes | None, AbortedTxn | None]:
-        kind = _marker_type(raw, h)
+        body = batch_body(raw, h)
+        records = scan_records(body, h)
+        kind = _marker_type(records)
         entry = None
         if kind is ControlType.ABORT:
             entry = self.seen_aborted.pop(h.producer_id, None)
@@ -325,8 +325,7 @@ class _Rewriter:
             return None, None
         if has_delete_horizon(h):
             return raw, entry
-        records = scan_records(batch_body(raw, h), h)
-        return rewrite_batch(raw, h, batch_body(raw, h), records, records, delete_horizon=self.horizon), entry
+        return rewrite_batch(raw, h, body, records, records, delete_horizon=self.horizon), entry
 
 
 def _write_group(task: CleanTask, group: list[SegmentSummary], rewriter: _Rewriter, scratch: Path,

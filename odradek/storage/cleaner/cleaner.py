@@ -45,7 +45,7 @@ from odradek.clock import SYSTEM_CLOCK, Clock
 from odradek.protocol.errors import CorruptRecordError, StorageError
 from odradek.storage.checkpoint import OffsetCheckpointFile, write_atomically
 from odradek.storage.cleaner.clean import CleanResult, CleanTask, clean, discard_cleaned
-from odradek.storage.cleaner.planning import cleanable, compaction_overdue
+from odradek.storage.cleaner.planning import Cleanable, compaction_overdue
 
 log = logging.getLogger(__name__)
 
@@ -172,8 +172,6 @@ def _worker_main(conn: multiprocessing.connection.Connection, parent: int) -> No
         os.nice(WORKER_NICENESS)
     except OSError:
         pass
-    from odradek.protocol.errors import CorruptRecordError
-
     while True:
         try:
             task = conn.recv()
@@ -183,6 +181,34 @@ def _worker_main(conn: multiprocessing.connection.Connection, parent: int) -> No
             conn.send(("ok", clean(task)))
         except Exception as e:  # reported to the cleaner thread, which decides
             conn.send(("error", (type(e).__name__, str(e), isinstance(e, CorruptRecordError), _errno_of(e))))
+
+
+def plan_pass(lg: Any, view: Any, c: Cleanable, now_ms: int, *, memory_bytes: int, load_factor: float = 0.9,
+              io_buffer_bytes: int = 512 * 1024,
+              max_io_bytes_per_second: float = float("inf")) -> tuple[CleanTask, tuple[Any, ...]]:
+    """The task of a pass over ``lg`` (a ``Log``) cleaning what ``c`` allows of ``view`` (its ``cleaning_view``),
+    and the log's segments the task covers (whole segments below the first uncleanable offset)."""
+    fu = c.first_uncleanable  # (an empty active segment starting there has next_offset == fu too: not covered)
+    summaries = tuple(s for s in view.summaries if s.base_offset < fu and s.next_offset <= fu)
+    cfg = lg.config
+    task = CleanTask(
+        directory=str(lg.directory), name=lg.name, segments=summaries, first_dirty=c.first_dirty,
+        first_uncleanable=c.first_uncleanable, aborted=view.aborted, producer_last_offsets=view.producer_last_offsets,
+        config=cfg, now_ms=now_ms, delete_retention_ms=cfg.delete_retention_ms, memory_bytes=memory_bytes,
+        load_factor=load_factor, io_buffer_bytes=io_buffer_bytes, max_io_bytes_per_second=max_io_bytes_per_second)
+    return task, view.segments[: len(summaries)]
+
+
+def swap_in(lg: Any, segments: tuple[Any, ...], result: CleanResult) -> bool:
+    """Swap each cleaned segment of ``result`` in for the ones of ``segments`` it replaces; False (the rest
+    discarded) at the first the log refuses because it changed meanwhile."""
+    by_base = {s.base_offset: s for s in segments}
+    for k, cleaned in enumerate(result.segments):
+        if not lg.replace_with_cleaned([by_base[b] for b in cleaned.replaces], cleaned):
+            for rest in result.segments[k + 1 :]:
+                discard_cleaned(lg.directory, rest.base_offset)
+            return False
+    return True
 
 
 class LogCleaner:
@@ -271,10 +297,7 @@ class LogCleaner:
             view = lg.cleaning_view()
             if len(view.segments) < 2:
                 continue
-            c = cleanable(view.summaries, log_start=view.log_start_offset,
-                          checkpoint=self.first_dirty_offset(directory, tp),
-                          last_stable_offset=view.last_stable_offset, now_ms=now,
-                          min_compaction_lag_ms=cfg.min_compaction_lag_ms)
+            c = view.cleanable(self.first_dirty_offset(directory, tp), now, cfg.min_compaction_lag_ms)
             if c.first_uncleanable <= c.first_dirty or c.dirty_bytes == 0:
                 continue
             max_ratio = max(max_ratio, c.dirty_ratio)
@@ -336,47 +359,29 @@ class LogCleaner:
         lg = target.log
         cfg = lg.config
         now = self.clock.milliseconds()
-        first_uncleanable_segments = tuple(s for s in view.segments if s.base_offset < c.first_uncleanable)
-        summaries = tuple(s for s in view.summaries if s.base_offset < c.first_uncleanable
-                          and s.next_offset <= c.first_uncleanable)
-        segments = first_uncleanable_segments[: len(summaries)]
-        task = CleanTask(
-            directory=str(lg.directory), name=lg.name, segments=summaries, first_dirty=c.first_dirty,
-            first_uncleanable=c.first_uncleanable, aborted=view.aborted,
-            producer_last_offsets=view.producer_last_offsets, config=cfg, now_ms=now,
-            delete_retention_ms=cfg.delete_retention_ms,
-            memory_bytes=self.config.dedupe_buffer_size // self.config.threads,
+        task, segments = plan_pass(
+            lg, view, c, now, memory_bytes=self.config.dedupe_buffer_size // self.config.threads,
             load_factor=self.config.io_buffer_load_factor, io_buffer_bytes=self.config.io_buffer_size,
-            max_io_bytes_per_second=self.config.io_max_bytes_per_second / self.config.threads,
-        )
+            max_io_bytes_per_second=self.config.io_max_bytes_per_second / self.config.threads)
         if overdue:
             oldest = next((s.earliest_timestamp if s.earliest_timestamp >= 0 else s.largest_timestamp
-                           for s in summaries if s.next_offset > c.first_dirty), -1)
+                           for s in task.segments if s.next_offset > c.first_dirty), -1)
             if oldest >= 0:
                 delay = now - oldest - cfg.max_compaction_lag_ms
                 self.stats.max_compaction_delay_ms = max(self.stats.max_compaction_delay_ms, delay)
         try:
             result = clean(task) if in_process else self._worker(index).run(task, self._stopping)
-        except (_WorkerError, CorruptRecordError) as e:
-            if isinstance(e, CorruptRecordError) or e.corrupt:
+        except (_WorkerError, CorruptRecordError, OSError, StorageError) as e:  # a worker's, or in process
+            if isinstance(e, CorruptRecordError) or (isinstance(e, _WorkerError) and e.corrupt):
                 self._mark_uncleanable(target.tp, str(e))
                 self._publish(target.directory)
                 return
             if lg.closed:  # deleted or moved while it was cleaned: nothing to report
                 log.info("%s: cleaning pass abandoned: the log was closed meanwhile (%s)", lg.name, e)
                 return
-            self._maybe_disk_failure(lg, e, e.errno)
+            self._maybe_disk_failure(lg, e, e.errno if isinstance(e, _WorkerError) else _errno_of(e))
             raise
-        except (OSError, StorageError) as e:  # in process
-            if lg.closed:
-                log.info("%s: cleaning pass abandoned: the log was closed meanwhile (%s)", lg.name, e)
-                return
-            self._maybe_disk_failure(lg, e, _errno_of(e))
-            raise
-        except _Stopped:
-            raise
-        applied = self._swap_in(lg, segments, result)
-        if not applied:
+        if not swap_in(lg, segments, result):
             log.info("%s: cleaning pass thrown away: the log changed while it was cleaned", lg.name)
             return
         self._record_progress(target.directory, target.tp, result.end_offset)
@@ -390,16 +395,6 @@ class LogCleaner:
             failure = StorageError(f"{lg.name}: the log cleaner could not write its cleaned segment: {e}")
             failure.__cause__ = OSError(code, os.strerror(code))
             lg.on_io_error(failure)
-
-    def _swap_in(self, lg: Any, segments: tuple[Any, ...], result: CleanResult) -> bool:
-        by_base = {s.base_offset: s for s in segments}
-        for k, cleaned in enumerate(result.segments):
-            old = [by_base[b] for b in cleaned.replaces]
-            if not lg.replace_with_cleaned(old, cleaned):
-                for rest in result.segments[k + 1 :]:
-                    discard_cleaned(lg.directory, rest.base_offset)
-                return False
-        return True
 
     def _mark_uncleanable(self, tp: TopicPartition, why: str) -> None:
         self.stats.uncleanable[tp] = why

@@ -36,8 +36,7 @@ from odradek.protocol.records import (
 from odradek.storage.checkpoint import OffsetCheckpointFile
 from odradek.storage.cleaner.batch_filter import has_delete_horizon
 from odradek.storage.cleaner.clean import CleanResult, CleanTask, clean
-from odradek.storage.cleaner.cleaner import CLEANER_CHECKPOINT, CleanerConfig, LogCleaner
-from odradek.storage.cleaner.planning import cleanable
+from odradek.storage.cleaner.cleaner import CLEANER_CHECKPOINT, CleanerConfig, LogCleaner, plan_pass, swap_in
 from odradek.storage.config import LogConfig
 from odradek.storage.log import Log
 from odradek.storage.producer_state import OutOfOrderSequenceError, ProducerStateManager
@@ -320,24 +319,14 @@ def test_a_tombstone_superseded_by_a_value_goes_at_once(tmp_path: Path) -> None:
 def _task(lg: Log, checkpoint: int | None, now: int, memory_bytes: int) -> tuple[CleanTask, tuple[Any, ...]]:
     """The task ``LogCleaner._clean`` would build (its memory from ``memory_bytes`` instead of its config)."""
     view = lg.cleaning_view()
-    c = cleanable(view.summaries, log_start=view.log_start_offset, checkpoint=checkpoint,
-                  last_stable_offset=view.last_stable_offset, now_ms=now,
-                  min_compaction_lag_ms=lg.config.min_compaction_lag_ms)
-    summaries = tuple(s for s in view.summaries if s.base_offset < c.first_uncleanable
-                      and s.next_offset <= c.first_uncleanable)
-    task = CleanTask(directory=str(lg.directory), name=lg.name, segments=summaries, first_dirty=c.first_dirty,
-                     first_uncleanable=c.first_uncleanable, aborted=view.aborted,
-                     producer_last_offsets=view.producer_last_offsets, config=lg.config, now_ms=now,
-                     delete_retention_ms=lg.config.delete_retention_ms, memory_bytes=memory_bytes)
-    return task, view.segments[: len(summaries)]
+    return plan_pass(lg, view, view.cleanable(checkpoint, now, lg.config.min_compaction_lag_ms), now,
+                     memory_bytes=memory_bytes)
 
 
 def _pass(lg: Log, checkpoint: int | None, now: int, memory_bytes: int) -> tuple[CleanTask, CleanResult]:
     task, segments = _task(lg, checkpoint, now, memory_bytes)
     result = clean(task)
-    by_base = {s.base_offset: s for s in segments}
-    for cleaned in result.segments:
-        assert lg.replace_with_cleaned([by_base[b] for b in cleaned.replaces], cleaned)
+    assert swap_in(lg, segments, result)
     return task, result
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from odradek.protocol.records import RecordInput, build_batch
 from odradek.storage.cleaner.clean import CLEANED_SUFFIX, CleanTask, clean
-from odradek.storage.cleaner.planning import cleanable
+from odradek.storage.cleaner.cleaner import plan_pass
 from odradek.storage.log import Log
 from tests.storage.helpers import T0, region_records, small_config
 
@@ -33,7 +33,7 @@ def _append(lg: Log, rounds: int, tag: int, keys: int = KEYS) -> None:
 def _compacted_log(path: Path) -> Log:
     """A log cleaned once (its old segments now small), then written to again: the next pass merges groups of
     several segments into one."""
-    cfg = small_config(cleanup_policy="compact", segment_bytes=2048)
+    cfg = small_config(cleanup_policy="compact", segment_bytes=2048, delete_retention_ms=0)
     lg = Log.open(path, cfg)
     _append(lg, 20, 0)
     _append(lg, 40, 0, keys=3)  # k3..k6 keep their values in the first segments
@@ -51,14 +51,7 @@ def _swap(lg: Log, segments: tuple[Any, ...], result: Any) -> list[bool]:
 
 def _task(lg: Log) -> tuple[CleanTask, tuple[Any, ...]]:
     view = lg.cleaning_view()
-    c = cleanable(view.summaries, log_start=view.log_start_offset, checkpoint=None,
-                  last_stable_offset=view.last_stable_offset, now_ms=T0, min_compaction_lag_ms=0)
-    summaries = tuple(s for s in view.summaries if s.next_offset <= c.first_uncleanable)
-    task = CleanTask(directory=str(lg.directory), name=lg.name, segments=summaries, first_dirty=c.first_dirty,
-                     first_uncleanable=c.first_uncleanable, aborted=view.aborted,
-                     producer_last_offsets=view.producer_last_offsets, config=lg.config, now_ms=T0,
-                     delete_retention_ms=0, memory_bytes=1 << 16)
-    return task, view.segments[: len(summaries)]
+    return plan_pass(lg, view, view.cleanable(None, T0, 0), T0, memory_bytes=1 << 16)
 
 
 def _state(lg: Log) -> list[tuple[int, bytes | None, bytes | None]]:

@@ -7,8 +7,8 @@ import os
 from pathlib import Path
 
 from odradek.protocol.records import RecordInput, build_batch
-from odradek.storage.cleaner.clean import CleanStats, CleanTask, Throttler, clean
-from odradek.storage.cleaner.planning import cleanable
+from odradek.storage.cleaner.clean import CleanStats, Throttler, clean
+from odradek.storage.cleaner.cleaner import plan_pass
 from odradek.storage.log import Log
 from tests.storage.helpers import T0, small_config
 
@@ -33,13 +33,9 @@ def test_a_throttled_pass_takes_at_least_its_bytes_over_the_rate(tmp_path: Path)
         lg.append(build_batch([RecordInput(b"k%d" % (j % 10), os.urandom(900), T0) for j in range(8)]))
     lg.update_high_watermark(lg.next_offset)
     view = lg.cleaning_view()
-    c = cleanable(view.summaries, log_start=0, checkpoint=None, last_stable_offset=view.last_stable_offset,
-                  now_ms=T0, min_compaction_lag_ms=0)
-    summaries = tuple(s for s in view.summaries if s.next_offset <= c.first_uncleanable)
     rate = 1_000_000
-    task = CleanTask(directory=str(lg.directory), name=lg.name, segments=summaries, first_dirty=0,
-                     first_uncleanable=c.first_uncleanable, aborted=(), producer_last_offsets={}, config=lg.config,
-                     now_ms=T0, delete_retention_ms=0, memory_bytes=1 << 20, max_io_bytes_per_second=rate)
+    task, _ = plan_pass(lg, view, view.cleanable(None, T0, 0), T0, memory_bytes=1 << 20,
+                        max_io_bytes_per_second=rate)
     result = clean(task)
     moved = result.stats.map_bytes_read + result.stats.bytes_read + result.stats.bytes_written
     assert moved > 300_000
