@@ -35,6 +35,7 @@ from odradek.broker.producer_ids import ProducerIdAllocator, ZkProducerIdAllocat
 from odradek.broker.txn_runtime import TXN_STATE_TOPIC, TxnRuntime
 from odradek.clock import SYSTEM_CLOCK, Clock
 from odradek.cluster.metadata import Topic, TopicRegistry, check_meta_properties
+from odradek.cluster.zk.layout import quota_entity_from_path, quota_entity_path
 from odradek.protocol.errors import (
     CoordinatorNotAvailableError,
     InvalidConfigError,
@@ -44,6 +45,9 @@ from odradek.protocol.errors import (
     TopicExistsError,
     UnknownTopicError,
 )
+from odradek.quota.client_quotas import ClientQuotas
+from odradek.quota.entity import CONNECTION_CREATION_RATE, IP, Entity
+from odradek.quota.entity import describe as describe_entity
 from odradek.replica.manager import ReplicaManager
 from odradek.replica.partition import Partition
 from odradek.replica.throttle import ReplicationThrottle
@@ -106,6 +110,10 @@ class Broker:
         self.log_defaults: LogConfig = config.log_config
         self._waiters: dict[tuple[str, int], set[asyncio.Future[None]]] = defaultdict(set)
         self.fetch_sessions = FetchSessionCache(config.fetch_session_slots)
+        self.quotas = ClientQuotas(clock, windows=config.quota_window_num, window_s=config.quota_window_size_seconds,
+                                   mutation_windows=config.controller_quota_window_num,
+                                   mutation_window_s=config.controller_quota_window_size_seconds)
+        self.on_ip_quotas: Callable[[dict[str | None, float]], None] | None = None  # the connection limits
         self.groups = GroupRuntime(self, config.group_config, config.offsets_segment_bytes)
         self.txns = TxnRuntime(self, config.txn_config, config.txn_state_segment_bytes)
         self.started = False
@@ -131,6 +139,7 @@ class Broker:
         except KafkaError as e:
             log.warning("ignoring the stored dynamic broker configs: %s", e)
         self.log_manager.default_config = self.log_defaults
+        self._client_quotas_changed()
         # Logs were opened before the registry was read: give each its topic's overrides.
         for lg in self.log_manager.logs():
             lg.update_config(self.log_config_for(lg.topic))
@@ -167,6 +176,7 @@ class Broker:
         self.topics = member.view
         self.replicas.isr_writer = member.update_isr
         member.on_broker_configs = self._broker_configs_changed
+        member.on_client_quotas = self._client_quotas_changed
         self.pool = pool = ConnectionPool(client_id=f"odradek-broker-{self.node_id}", resolve=member.address_of)
         self.fetcher = fetcher = ReplicaFetcher(
             self.replicas, pool,
@@ -178,6 +188,7 @@ class Broker:
         self.replicas.is_shutting_down = lambda b: (reg := member.brokers.get(b)) is not None and reg.shutting_down
         cluster_id = await member.start(cfg.cluster_id)
         self._broker_configs_changed()
+        self._client_quotas_changed()
         for d in cfg.log_dirs:
             check_meta_properties(d, cluster_id, self.node_id)
         zk = member.zk
@@ -380,6 +391,60 @@ class Broker:
         self.log_manager.default_config = defaults
         for lg in self.log_manager.logs():
             lg.update_config(per_topic.get(lg.topic, defaults))
+
+    # -- client quotas ---------------------------------------------------------------------------
+
+    def client_quota_configs(self) -> dict[Entity, dict[str, str]]:
+        """Every client quota entity with its configs: ZooKeeper's (as this broker last read them) in a cluster,
+        the metadata file's on a single node."""
+        if self.cluster is not None:
+            out = {}
+            for path, configs in self.cluster.client_quotas.items():
+                e = quota_entity_from_path(path)
+                if e is not None:
+                    out[e] = dict(configs)
+            return out
+        if isinstance(self.topics, TopicRegistry):
+            return {e: dict(c) for e, c in self.topics.client_quotas.items()}
+        return {}
+
+    async def alter_client_quota(self, entity: Entity, configs: dict[str, str]) -> None:
+        """Replace the configs of a client quota entity (validated by the caller), cluster-wide, and apply them
+        here at once (the other brokers apply them from their ZooKeeper notification)."""
+        if self.cluster is not None:
+            assert self.cluster.zk is not None
+            path = quota_entity_path(entity)
+            await asyncio.to_thread(self.cluster.zk.set_quota_config, path, configs)
+            if configs:
+                self.cluster.client_quotas[path] = dict(configs)
+            else:
+                self.cluster.client_quotas.pop(path, None)
+        else:
+            registry = self.registry
+            assert isinstance(registry, TopicRegistry)
+            registry.set_client_quota(entity, configs)
+        log.info("altered client quotas of %s: %s", describe_entity(entity),
+                 ", ".join(f"{k}={v}" for k, v in sorted(configs.items())) or "none left")
+        self._client_quotas_changed()
+
+    def _client_quotas_changed(self) -> None:
+        clients: dict[Entity, dict[str, float]] = {}
+        ips: dict[str | None, float] = {}
+        for e, configs in self.client_quota_configs().items():
+            values = {}
+            for k, v in configs.items():
+                try:
+                    values[k] = float(v)
+                except ValueError:
+                    log.warning("ignoring client quota %s=%r of %s: not a number", k, v, describe_entity(e))
+            if e[0][0] == IP:
+                if CONNECTION_CREATION_RATE in values:
+                    ips[e[0][1]] = values[CONNECTION_CREATION_RATE]
+            else:
+                clients[e] = values
+        self.quotas.update(clients)
+        if self.on_ip_quotas is not None:
+            self.on_ip_quotas(ips)
 
     # -- topics ----------------------------------------------------------------------------------
 

@@ -72,6 +72,7 @@ REPLICA_SELECTORS = frozenset({RACK_AWARE_SELECTOR, "org.apache.kafka.common.rep
 DEFAULT_SECURITY_PROTOCOL_MAP = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
 SECURITY_PROTOCOLS = frozenset({"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"})
 
+INT_MAX = 2**31 - 1
 _LOG = LogConfig()
 _CLEANER = CleanerConfig()
 _GROUP = GroupConfig()
@@ -135,6 +136,15 @@ KEYS: dict[str, Key] = {
         _k("auto.create.topics.enable", _bool, True, "create unknown topics on metadata/produce"),
         _k("delete.topic.enable", _bool, True, "allow DeleteTopics"),
         _k("socket.request.max.bytes", int, 100 * 1024 * 1024, "largest request accepted"),
+        _k("quota.window.num", int, 11, "samples of the client quotas' rates"),
+        _k("quota.window.size.seconds", int, 1, "length of each client quota sample"),
+        _k("controller.quota.window.num", int, 11, "samples of the controller mutation quota's rate"),
+        _k("controller.quota.window.size.seconds", int, 1, "length of each controller mutation quota sample"),
+        _k("max.connections", int, INT_MAX, "connections the broker accepts across its listeners"),
+        _k("max.connections.per.ip", int, INT_MAX, "connections accepted from one IP address"),
+        _k("max.connections.per.ip.overrides", str, "",
+           "per-IP (or host name) limits overriding max.connections.per.ip: host:count,host2:count"),
+        _k("max.connection.creation.rate", int, INT_MAX, "new connections accepted per second on each listener"),
         _k("log.retention.ms", int, None, "retention.ms default (overrides minutes/hours)"),
         _k("log.retention.minutes", int, None, "retention default in minutes"),
         _k("log.retention.hours", int, 168, "retention default in hours"),
@@ -414,6 +424,10 @@ class BrokerConfig:
         self.replication_quota_window_num: int = values["replication.quota.window.num"]
         self.replication_quota_window_size_seconds: int = values["replication.quota.window.size.seconds"]
         self.num_replica_fetchers: int = values["num.replica.fetchers"]
+        self.quota_window_num: int = values["quota.window.num"]
+        self.quota_window_size_seconds: int = values["quota.window.size.seconds"]
+        self.controller_quota_window_num: int = values["controller.quota.window.num"]
+        self.controller_quota_window_size_seconds: int = values["controller.quota.window.size.seconds"]
         self.high_watermark_checkpoint_interval_ms: int = values["replica.high.watermark.checkpoint.interval.ms"]
         self.replica_socket_timeout_ms: int = values["replica.socket.timeout.ms"]
         self.controlled_shutdown_enable: bool = values["controlled.shutdown.enable"]
@@ -431,6 +445,10 @@ class BrokerConfig:
                              ("leader.imbalance.check.interval.seconds", 1),
                              ("leader.replication.throttled.rate", 1), ("follower.replication.throttled.rate", 1),
                              ("replication.quota.window.num", 2), ("replication.quota.window.size.seconds", 1),
+                             ("quota.window.num", 2), ("quota.window.size.seconds", 1),
+                             ("controller.quota.window.num", 2), ("controller.quota.window.size.seconds", 1),
+                             ("max.connections", 0), ("max.connections.per.ip", 0),
+                             ("max.connection.creation.rate", 0),
                              ("offsets.topic.segment.bytes", 1024), ("offsets.retention.minutes", 1),
                              ("offsets.retention.check.interval.ms", 1), ("offset.metadata.max.bytes", 0),
                              ("producer.id.expiration.ms", 1), ("producer.id.expiration.check.interval.ms", 1),

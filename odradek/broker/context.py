@@ -10,6 +10,7 @@ from typing import Any
 
 from odradek.broker.broker import Broker
 from odradek.protocol.frame import RequestHeader
+from odradek.quota.client_quotas import ANONYMOUS, ClientQuota
 from odradek.storage.segment import FileRegion
 
 
@@ -19,10 +20,17 @@ class RequestContext:
     header: RequestHeader
     peer: str
     connection: dict[str, Any] = field(default_factory=dict)  # per-connection state
+    quota: ClientQuota | None = None  # the client's quotas, when any quota is configured (broker/throttle.py)
+    throttle_ms: int = 0  # how long this request's client is throttled (its response's throttle_time_ms)
 
     @property
     def version(self) -> int:
         return self.header.api_version
+
+    @property
+    def user(self) -> str:
+        """The connection's user: ANONYMOUS until connections authenticate."""
+        return ANONYMOUS
 
 
 class CloseConnection(Exception):

@@ -11,6 +11,8 @@ Invariants:
 - A handler may answer ``Deferred``: its request's effects are done and its response comes later. Dispatch
   then returns a ``PendingFrame``, which the server completes when its waits are over while it goes on
   with the connection's next requests, and sends in request order.
+- With a client quota configured, ``throttle.before``/``after`` wrap the handler: the request is charged to its
+  client's quotas, its response carries the throttle time and the connection is muted for it.
 - A handler's ``KafkaError`` never escapes: handlers map errors to per-partition codes themselves;
   anything unexpected is logged and closes only that connection.
 """
@@ -22,11 +24,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from odradek.broker import throttle
 from odradek.broker.context import CloseConnection, Deferred, RawResponse, RequestContext
 from odradek.broker.handlers import (
     admin_configs,
     admin_topics,
     api_versions,
+    client_quotas,
     cluster,
     describe_producers,
     elections,
@@ -103,6 +107,8 @@ HANDLERS: dict[int, Handler] = {
     apis.TXN_OFFSET_COMMIT: offsets.handle_txn_offset_commit,
     apis.DESCRIBE_TRANSACTIONS: transactions.handle_describe_transactions,
     apis.LIST_TRANSACTIONS: transactions.handle_list_transactions,
+    apis.DESCRIBE_CLIENT_QUOTAS: client_quotas.handle_describe_client_quotas,
+    apis.ALTER_CLIENT_QUOTAS: client_quotas.handle_alter_client_quotas,
 }
 assert set(HANDLERS) == set(apis.SUPPORTED), "every advertised API needs a handler"
 
@@ -137,7 +143,13 @@ async def dispatch(ctx_factory: Callable[[Any], RequestContext], frame: bytes) -
     except Exception as e:  # kio raises assorted errors on malformed bodies
         raise CloseConnection(f"malformed {spec.name} v{version} request: {type(e).__name__}: {e}") from None
     ctx = ctx_factory(header)
-    result = await HANDLERS[api_key](ctx, request)
+    if not ctx.broker.quotas.enabled:
+        result = await HANDLERS[api_key](ctx, request)
+    else:
+        throttle.before(ctx, api_key, request, len(frame))
+        timed = throttle.Timed(HANDLERS[api_key](ctx, request))
+        result = await timed
+        throttle.after(ctx, api_key, version, result, timed.seconds)
     if isinstance(result, Deferred):
         return PendingFrame(result, api_key, version, correlation_id)
     return _encode(api_key, version, correlation_id, result)

@@ -104,6 +104,8 @@ class ClusterMember:
         self.on_topic_gone = on_topic_gone
         self.on_topic_configs = on_topic_configs
         self.on_broker_configs: Callable[[], None] | None = None  # dynamic broker configs changed
+        self.client_quotas: dict[str, dict[str, str]] = {}  # quota entity path (clients/app) -> its configs
+        self.on_client_quotas: Callable[[], None] | None = None  # a client quota entity changed
         self.zk: ZkClient | None = None
         self.view = ClusterView("")  # the cluster id is known once connected
         self.brokers: dict[int, BrokerRegistration] = {}
@@ -381,12 +383,26 @@ class ClusterMember:
                 self._spawn(self._reload_topic_config(name))
             elif kind == "brokers" and name in (DEFAULT_ENTITY, str(self.broker_id)):
                 self._spawn(self._reload_broker_config(name))
+            elif kind in ("users", "clients", "ips"):
+                self._spawn(self._reload_client_quota(path))
 
     def read_broker_configs(self) -> None:
-        """The cluster default and this broker's dynamic configs (worker thread; at start)."""
+        """The cluster default and this broker's dynamic configs, and every client quota (worker thread; at
+        start)."""
         assert self.zk is not None
         for name in (DEFAULT_ENTITY, str(self.broker_id)):
             self._set_broker_configs(name, self.zk.get_config("brokers", name))
+        self.client_quotas = self.zk.get_quota_configs()
+
+    async def _reload_client_quota(self, entity_path: str) -> None:
+        assert self.zk is not None
+        configs = await asyncio.to_thread(self.zk.get_quota_config, entity_path)
+        if configs:
+            self.client_quotas[entity_path] = configs
+        else:
+            self.client_quotas.pop(entity_path, None)
+        if self.on_client_quotas is not None:
+            self.on_client_quotas()
 
     def _set_broker_configs(self, name: str, configs: dict[str, str]) -> None:
         entity = "" if name == DEFAULT_ENTITY else name

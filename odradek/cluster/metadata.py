@@ -10,7 +10,8 @@ Invariants:
 - A topic's id never changes; a re-created topic gets a new id.
 - Configs stored per topic are only the overrides; effective values come from ``LogConfig``.
 - Dynamic broker configs (``broker_configs``: ``""`` for the cluster-wide default, a node id for
-  one broker) are kept in the same document; files without the field have none.
+  one broker) and client quotas (``client_quotas``: entity components and their configs) are kept in
+  the same document; files without the fields have none.
 - Every change is persisted before it is visible to requests (``write_atomically``).
 """
 
@@ -95,6 +96,7 @@ class TopicRegistry:
         self.topics: dict[str, Topic] = {}
         # Dynamic broker configs by entity: "" (cluster-wide default) or a node id as a string.
         self.broker_configs: dict[str, dict[str, str]] = {}
+        self.client_quotas: dict[tuple[tuple[str, str | None], ...], dict[str, str]] = {}  # quota entity -> configs
         self._by_id: dict[uuid.UUID, Topic] = {}
         self.cluster_id = self._load(cluster_id)
         for d in log_dirs:
@@ -116,6 +118,9 @@ class TopicRegistry:
                 for entity, configs in dict(doc.get("broker_configs", {})).items():
                     if configs:
                         self.broker_configs[str(entity)] = {str(k): str(v) for k, v in dict(configs).items()}
+                for q in doc.get("client_quotas", []):  # absent from files written before client quotas
+                    key = tuple((str(t), None if n is None else str(n)) for t, n in q["entity"])
+                    self.client_quotas[key] = {str(k): str(v) for k, v in dict(q["configs"]).items()}
             except (OSError, ValueError, KeyError, TypeError) as e:
                 raise KafkaError(f"cluster metadata file {self.path} is unreadable: {e}") from e
             if cluster_id and cluster_id != stored:
@@ -139,6 +144,8 @@ class TopicRegistry:
                 for t in sorted(self.topics.values(), key=lambda t: t.name)
             ],
             "broker_configs": {e: c for e, c in sorted(self.broker_configs.items()) if c},
+            "client_quotas": [{"entity": [list(c) for c in e], "configs": c}
+                              for e, c in sorted(self.client_quotas.items(), key=lambda i: repr(i[0])) if c],
         }
         self.path.parent.mkdir(parents=True, exist_ok=True)
         write_atomically(self.path, json.dumps(doc, indent=1).encode())
@@ -193,6 +200,15 @@ class TopicRegistry:
             self.broker_configs[entity] = dict(configs)
         else:
             self.broker_configs.pop(entity, None)
+        self._save()
+
+
+    def set_client_quota(self, entity: tuple[tuple[str, str | None], ...], configs: dict[str, str]) -> None:
+        """Replace the configs of a client quota entity (none: the entity is gone); persisted at once."""
+        if configs:
+            self.client_quotas[entity] = dict(configs)
+        else:
+            self.client_quotas.pop(entity, None)
         self._save()
 
 

@@ -75,6 +75,8 @@ DESCRIBE_TRANSACTIONS = 65
 LIST_TRANSACTIONS = 66
 DESCRIBE_CLUSTER = 60
 DESCRIBE_PRODUCERS = 61
+DESCRIBE_CLIENT_QUOTAS = 48
+ALTER_CLIENT_QUOTAS = 49
 
 SUPPORTED: dict[int, ApiRange] = _table(
     (PRODUCE, "Produce", 3, 12),
@@ -100,6 +102,8 @@ SUPPORTED: dict[int, ApiRange] = _table(
     (CREATE_PARTITIONS, "CreatePartitions", 0, 3),
     (DELETE_GROUPS, "DeleteGroups", 0, 2),
     (OFFSET_DELETE, "OffsetDelete", 0, 0),
+    (DESCRIBE_CLIENT_QUOTAS, "DescribeClientQuotas", 0, 1),
+    (ALTER_CLIENT_QUOTAS, "AlterClientQuotas", 0, 1),
     (INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigs", 0, 1),
     (DESCRIBE_LOG_DIRS, "DescribeLogDirs", 1, 4),
     (ELECT_LEADERS, "ElectLeaders", 0, 2),

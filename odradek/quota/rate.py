@@ -24,7 +24,7 @@ class WindowedRate:
         self._clock = clock
         self._windows = windows
         self._window_ms = window_ms
-        self._counts = [0] * windows
+        self._counts: list[float] = [0] * windows
         self._starts = [-1] * windows  # start (ms) of the window each slot holds; -1: empty
 
     def _slot(self, now: int) -> int:
@@ -35,20 +35,25 @@ class WindowedRate:
             self._counts[i] = 0
         return i
 
-    def record(self, amount: int) -> None:
+    def record(self, amount: float) -> None:
         i = self._slot(self._clock.milliseconds())
         self._counts[i] += amount
 
     def rate(self) -> float:
         """Units per second over the live windows."""
+        total, elapsed = self.measure()
+        return total * 1000.0 / elapsed
+
+    def measure(self) -> tuple[float, int]:
+        """(units recorded in the live windows, milliseconds they cover): the rate's two terms, which a quota
+        needs to compute how long a client must wait to come back under it."""
         now = self._clock.milliseconds()
         self._slot(now)
         oldest_allowed = now - self._windows * self._window_ms
-        total = 0
+        total: float = 0
         oldest = now
         for start, count in zip(self._starts, self._counts, strict=True):
             if start > oldest_allowed:
                 total += count
                 oldest = min(oldest, start)
-        elapsed = max(now - oldest, (self._windows - 1) * self._window_ms)
-        return total * 1000.0 / elapsed
+        return total, max(now - oldest, (self._windows - 1) * self._window_ms)

@@ -26,6 +26,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from odradek.broker import throttle
 from odradek.broker.broker import Broker
 from odradek.broker.context import RequestContext
 from odradek.broker.handlers.admin_configs import topic_config_entries
@@ -102,6 +103,9 @@ def _create_one(ctx: RequestContext, topic: Any, validate_only: bool) -> dict[st
         assignment = {a.partition_index: tuple(a.broker_ids) for a in topic.assignments}
     else:
         partitions, rf = topic.num_partitions, topic.replication_factor
+    if not validate_only and ctx.quota is not None:  # valid first, then charged to controller_mutation_rate
+        b.create_topic(topic.name, partitions, rf, configs, validate_only=True, assignment=assignment)
+        throttle.mutate(ctx, b.config.num_partitions if partitions == -1 else partitions, strict_from=6)
     created = b.create_topic(topic.name, partitions, rf, configs, validate_only=validate_only, assignment=assignment)
     if created is not None:
         partitions, configs, topic_id = created.partitions, created.configs, created.topic_id
@@ -169,8 +173,9 @@ def _requested_deletions(ctx: RequestContext, request: Any) -> list[tuple[str | 
     return [(name, ZERO_UUID) for name in request.topic_names]
 
 
-def _delete_one(broker: Broker, name: str | None, topic_id: uuid.UUID) -> tuple[str | None, uuid.UUID]:
+def _delete_one(ctx: RequestContext, name: str | None, topic_id: uuid.UUID) -> tuple[str | None, uuid.UUID]:
     """Delete the topic; its (name, id). Raises the ``KafkaError`` that refused it."""
+    broker = ctx.broker
     if name is not None and topic_id != ZERO_UUID:
         raise _InvalidRequest("give either a topic name or a topic id, not both")
     if name is None:
@@ -183,6 +188,7 @@ def _delete_one(broker: Broker, name: str | None, topic_id: uuid.UUID) -> tuple[
     topic = broker.registry.get(name)
     if topic is None:
         raise UnknownTopicError(f"topic '{name}' does not exist")
+    throttle.mutate(ctx, topic.partitions, strict_from=5)
     broker.delete_topic(name)
     return name, topic.topic_id
 
@@ -207,7 +213,7 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> dict[str, A
                 raise _TopicDeletionDisabled("Topic deletion is disabled (delete.topic.enable=false).")
             if keys[key] > 1:
                 raise _InvalidRequest("Duplicate topic name." if name is not None else "Duplicate topic id.")
-            entry["name"], entry["topic_id"] = _delete_one(b, name, topic_id)
+            entry["name"], entry["topic_id"] = _delete_one(ctx, name, topic_id)
         except KafkaError as e:
             entry.update(error_code=e.code, error_message=e.message)
         responses.append(entry)
@@ -235,6 +241,7 @@ def _create_partitions_one(ctx: RequestContext, topic: Any, validate_only: bool)
         for i, a in enumerate(topic.assignments):
             _check_replicas(b, f"the assignment of new partition {known.partitions + i}", a.broker_ids)
     if not validate_only:
+        throttle.mutate(ctx, topic.count - known.partitions, strict_from=3)
         manual = ({known.partitions + i: tuple(a.broker_ids) for i, a in enumerate(topic.assignments)}
                   if topic.assignments is not None else None)
         b.add_partitions(topic.name, topic.count, assignment=manual)

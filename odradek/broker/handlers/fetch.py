@@ -16,6 +16,10 @@ asked by a client whose ``rack_id`` is not its own rack names an in-sync followe
 NOT_LEADER_OR_FOLLOWER, with the current leader as KIP-951 suggests.
 Fetches from follower replicas (``replica_state``/``replica_id``) go to ``replica_fetch.py``.
 
+A client over its ``consumer_byte_rate`` quota gets no records: the answer is empty and carries the throttle
+time (the bytes are not charged), and one fetch never asks for more than the quota lets through in one window
+(Kafka's throttled fetch). Any other throttle time (``request_percentage``) goes into the answer too.
+
 Every partition reports its real last stable offset, whatever the isolation level (as Kafka does).
 A read_committed answer lists the aborted transactions overlapping the range it returns,
 ``[fetch_offset, offset after its last batch)``; batches are still sent as stored (no filtering, no
@@ -31,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from odradek.broker.context import RawResponse, RequestContext
-from odradek.broker.fetch_session import FetchSession, SessionPartition
+from odradek.broker.fetch_session import FetchSession, FetchSessionCache, SessionPartition
 from odradek.broker.handlers import replica_fetch
 from odradek.protocol import fetch_response as fr
 from odradek.protocol.entities import millis
@@ -100,6 +104,9 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse:
         wants = [_want_from_session(ctx, key, state) for key, state in session.partitions.items()]
 
     max_bytes = min(request.max_bytes, b.config.fetch_max_bytes) if request.max_bytes > 0 else 0
+    quota = ctx.quota.fetch if ctx.quota is not None else None
+    if quota is not None:  # no more than the quota lets through in one window, as Kafka caps it
+        max_bytes = min(max_bytes, max(int(b.quotas.max_value_in_window(quota)), 1))
     max_wait = millis(request.max_wait)
     min_bytes = request.min_bytes
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
@@ -115,11 +122,32 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse:
             topics, total, errors = _read(ctx, wants, max_bytes, read_committed, client)
             break
 
+    throttle = ctx.throttle_ms
+    if quota is not None or throttle:
+        size = RawResponse(fr.encode(v, topics)).size
+        throttle = max(throttle, b.quotas.record(quota, size))
+        if throttle:  # Kafka's throttled fetch: nothing sent (nor charged), the client comes back later
+            b.quotas.unrecord(quota, size)
+            ctx.throttle_ms = throttle
+            return _throttled(cache, session, incremental, v, now, throttle)
     if session is not None:
         topics = _track(session, topics, wants, incremental)
         if incremental:  # a new session already expects epoch 1
             session.advance(now)
     return RawResponse(fr.encode(v, topics, session_id=session.session_id if session is not None else 0))
+
+
+def _throttled(cache: FetchSessionCache, session: FetchSession | None, incremental: bool, v: int, now: int,
+               throttle_ms: int) -> RawResponse:
+    """An empty answer with the throttle time. A session asked for by this fetch is not created (the client
+    starts over with a full fetch); an incremental one keeps its partitions and moves to its next epoch."""
+    if session is not None and not incremental:
+        cache.remove(session.session_id)
+        session = None
+    if session is not None:
+        session.advance(now)
+    return RawResponse(fr.encode(v, [], session_id=session.session_id if session is not None else 0,
+                                 throttle_ms=throttle_ms))
 
 
 def _topic_name(ctx: RequestContext, t: Any) -> str:

@@ -84,16 +84,17 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse | Deferred | 
     if waits:  # the appends are done: the connection's next requests need not wait for the replication
         futures = b.replicas.replication_waits([(part, end) for _, part, end in waits])
         return Deferred(futures, millis(request.timeout) / 1000,
-                        lambda codes: _replicated(ctx.version, responses, waits, codes))
+                        lambda codes: _replicated(ctx.version, responses, waits, codes, ctx.throttle_ms))
     if acks == 0:
         if failed is not None:  # as Kafka: the only way to tell an acks=0 producer that something went wrong
             raise CloseConnection(f"acks=0 produce failed for {failed_topic}-{failed.index}: {failed.error_message}")
         return None
-    return RawResponse([produce_response.encode(ctx.version, responses)])
+    return RawResponse([produce_response.encode(ctx.version, responses, throttle_ms=ctx.throttle_ms)])
 
 
 def _replicated(version: int, responses: list[tuple[str, list[PartitionResult]]],
-                waits: list[tuple[PartitionResult, Partition, int]], codes: list[ErrorCode | None]) -> RawResponse:
+                waits: list[tuple[PartitionResult, Partition, int]], codes: list[ErrorCode | None],
+                throttle_ms: int) -> RawResponse:
     """acks=all: the response once every in-sync replica has the appended batches (or the wait failed; None:
     not within the request's timeout)."""
     for (result, part, _), code in zip(waits, codes, strict=True):
@@ -102,7 +103,7 @@ def _replicated(version: int, responses: list[tuple[str, list[PartitionResult]]]
             result.error_code = code
             result.error_message = _REPLICATION_FAILURES.get(code, code.name).format(part.name)
             result.base_offset = -1
-    return RawResponse([produce_response.encode(version, responses)])
+    return RawResponse([produce_response.encode(version, responses, throttle_ms=throttle_ms)])
 
 
 async def verify_with_coordinator(ctx: RequestContext, transactional_id: str, producer_id: int, producer_epoch: int,

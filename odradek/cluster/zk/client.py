@@ -880,6 +880,37 @@ class ZkClient:
             makepath=True,
         )
 
+    def get_quota_config(self, entity_path: str) -> dict[str, str]:
+        """The configs of the client quota entity at ``entity_path`` (``users/alice/clients/app``); {} if none."""
+        got = self._get(f"{layout.CONFIG_PATH}/{entity_path}")
+        return {} if got is None else layout.decode_config(*_type_and_name(entity_path), got[0])
+
+    def get_quota_configs(self) -> dict[str, dict[str, str]]:
+        """Every client quota entity with configs, by entity path (users, clients, ips, users' clients)."""
+        out: dict[str, dict[str, str]] = {}
+        for kind in ("users", "clients", "ips"):
+            for child in self._children(f"{layout.CONFIG_PATH}/{kind}"):
+                paths = [f"{kind}/{child}"]
+                if kind == "users":
+                    paths += [f"users/{child}/clients/{c}"
+                              for c in self._children(f"{layout.CONFIG_PATH}/users/{child}/clients")]
+                for path in paths:
+                    configs = self.get_quota_config(path)
+                    if configs:
+                        out[path] = configs
+        return out
+
+    def set_quota_config(self, entity_path: str, configs: dict[str, str]) -> None:
+        """Replace the configs of a client quota entity, then post a ``/config/changes`` notification."""
+        self._set_or_create(f"{layout.CONFIG_PATH}/{entity_path}", layout.encode_config(configs))
+        self._retry(
+            self._kz.create_async,
+            layout.CONFIG_CHANGES_PATH + "/" + layout.CONFIG_CHANGE_PREFIX,
+            layout.encode_config_change(entity_path),
+            sequence=True,
+            makepath=True,
+        )
+
     def config_changes(self, watch: Callable[[list[str]], None]) -> list[str]:
         """Entity paths (``topics/orders``) of the notifications present now; ``watch`` gets those of each new batch.
 
@@ -1091,6 +1122,12 @@ class _ConfigChangeWatch:
 
 
 # -- helpers ---------------------------------------------------------------------------------------------
+
+
+def _type_and_name(entity_path: str) -> tuple[str, str]:
+    """For error messages: the last (type, name) pair of an entity path."""
+    parts = entity_path.split("/")
+    return parts[-2], parts[-1]
 
 
 def _call(callback: Callable[[], None]) -> None:

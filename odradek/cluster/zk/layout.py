@@ -26,6 +26,7 @@ import base64
 import binascii
 import json
 import re
+import urllib.parse
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -147,6 +148,40 @@ def _check_entity_type(entity_type: str) -> None:
     if entity_type not in CONFIG_ENTITY_TYPES:
         expected = ", ".join(CONFIG_ENTITY_TYPES)
         raise ValueError(f"unknown config entity type {entity_type!r}: expected one of {expected}")
+
+
+# Client quota entities (KIP-546) live under /config/users, /config/clients and /config/ips, a (user, client-id)
+# under /config/users/<user>/clients/<client-id>; names are sanitized as Kafka's ``Sanitizer`` does (URL
+# encoding), the default entity is ``<default>``.
+_QUOTA_TYPE_DIRS = {"user": "users", "client-id": "clients", "ip": "ips"}
+_QUOTA_DIR_TYPES = {d: t for t, d in _QUOTA_TYPE_DIRS.items()}
+
+
+def sanitize(name: str | None) -> str:
+    return DEFAULT_ENTITY if name is None else urllib.parse.quote(name, safe="")
+
+
+def desanitize(part: str) -> str | None:
+    return None if part == DEFAULT_ENTITY else urllib.parse.unquote(part)
+
+
+def quota_entity_path(entity: tuple[tuple[str, str | None], ...]) -> str:
+    """The entity path of a client quota entity: ``clients/app``, ``users/alice/clients/<default>``."""
+    return "/".join(f"{_QUOTA_TYPE_DIRS[t]}/{sanitize(n)}" for t, n in entity)
+
+
+def quota_entity_from_path(entity_path: str) -> tuple[tuple[str, str | None], ...] | None:
+    """The entity of a quota entity path, None if it is not one (``topics/orders``)."""
+    parts = entity_path.split("/")
+    if len(parts) not in (2, 4) or any(not p for p in parts):
+        return None
+    out = []
+    for i in range(0, len(parts), 2):
+        t = _QUOTA_DIR_TYPES.get(parts[i])
+        if t is None:
+            return None
+        out.append((t, desanitize(parts[i + 1])))
+    return tuple(out)
 
 
 def config_change_sequence(node_name: str) -> int:
