@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from odradek.broker.connection_limits import ConnectionLimits
+from odradek.clock import SYSTEM_CLOCK
 from odradek.cluster.model import Endpoint
 from odradek.coordinator.group.config import GroupConfig
 from odradek.coordinator.txn.config import TxnConfig
@@ -424,6 +426,10 @@ class BrokerConfig:
         self.replication_quota_window_num: int = values["replication.quota.window.num"]
         self.replication_quota_window_size_seconds: int = values["replication.quota.window.size.seconds"]
         self.num_replica_fetchers: int = values["num.replica.fetchers"]
+        try:  # the connection limits' own checks (no host name resolved here: the server does that)
+            ConnectionLimits.from_config(values, SYSTEM_CLOCK, resolve=lambda host: [])
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         self.quota_window_num: int = values["quota.window.num"]
         self.quota_window_size_seconds: int = values["quota.window.size.seconds"]
         self.controller_quota_window_num: int = values["controller.quota.window.num"]

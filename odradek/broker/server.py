@@ -23,12 +23,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import time
 from collections import deque
 from typing import Any
 
 from odradek.broker.broker import Broker
+from odradek.broker.connection_limits import ConnectionLimits
 from odradek.broker.context import CloseConnection, RequestContext
 from odradek.broker.dispatch import PendingFrame, dispatch
+from odradek.broker.throttle import DELAY_UNTIL, MUTED_UNTIL
 from odradek.protocol.frame import FrameError, RequestHeader, frame_size
 from odradek.storage.segment import FileRegion
 
@@ -45,6 +48,8 @@ class Server:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.config = broker.config
+        self.limits = ConnectionLimits.from_config(broker.config.values, broker.clock)  # admitted on accept
+        broker.on_ip_quotas = self.limits.set_ip_quotas
         self._server: asyncio.Server | None = None
         self._connections: dict[asyncio.Task[None], bool] = {}  # task -> busy with a request
         self._closing = False
@@ -153,11 +158,17 @@ class Server:
                 log.exception("transaction coordinator timers failed")
 
     async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peername = writer.get_extra_info("peername")
+        peer = f"{peername[0]}:{peername[1]}" if isinstance(peername, tuple) else str(peername)
+        ip = str(peername[0]) if isinstance(peername, tuple) else str(peername)
+        refused = self.limits.admit(ip)  # connection limits (odradek/broker/connection_limits.py)
+        if refused is not None:
+            log.warning("closing connection from %s: %s", peer, refused)
+            writer.close()
+            return
         task = asyncio.current_task()
         assert task is not None
         self._connections[task] = False
-        peername = writer.get_extra_info("peername")
-        peer = f"{peername[0]}:{peername[1]}" if isinstance(peername, tuple) else str(peername)
         sock: socket.socket | None = writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -170,6 +181,8 @@ class Server:
         later = _InOrder(self, writer, peer)
         try:
             while not self._closing:
+                if state.get(MUTED_UNTIL):
+                    await self._mute(state)
                 try:
                     size = frame_size(await reader.readexactly(4), limit)
                 except FrameError as e:
@@ -182,6 +195,8 @@ class Server:
                 except CloseConnection as e:
                     log.warning("closing connection from %s: %s", peer, e)
                     return
+                if DELAY_UNTIL in state:  # a quota throttled this old-version request (broker/throttle.py)
+                    await self._throttle(state)
                 if isinstance(out, list) and not later.pending:
                     await self._send(writer, out)
                 elif out is not None:
@@ -195,11 +210,30 @@ class Server:
         except Exception:
             log.exception("closing connection from %s after an internal error", peer)
         finally:
-            await later.finish()
-            if self._closing:
-                await self._linger(reader)
-            self._connections.pop(task, None)
-            writer.close()
+            try:
+                await later.finish()
+                if self._closing:
+                    await self._linger(reader)
+                self._connections.pop(task, None)
+                writer.close()
+            finally:
+                self.limits.release(ip)  # exactly once per admitted connection
+
+    @staticmethod
+    async def _throttle(state: dict[str, Any]) -> None:
+        """A throttled response of an old request version (its client does not back off by itself, KIP-219) is
+        sent once the throttle time is over; a newer one goes at once."""
+        until = state.pop(DELAY_UNTIL, 0.0)
+        wait = until - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(wait)
+
+    @staticmethod
+    async def _mute(state: dict[str, Any]) -> None:
+        """The channel stays muted (nothing read from it) until its throttle time is over, as Kafka mutes it."""
+        wait = state.pop(MUTED_UNTIL) - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(wait)
 
     @staticmethod
     async def _linger(reader: asyncio.StreamReader) -> None:
