@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from odradek.broker.config import KEYS, BrokerConfig
+from odradek.broker.config import KEYS, BrokerConfig, ConfigError
 from odradek.broker.connection_limits import ConnectionLimits, parse_per_ip_overrides
 from odradek.clock import ManualClock
 
@@ -216,8 +216,12 @@ def test_defaults_limit_nothing() -> None:
 
 
 def test_per_ip_zero_needs_overrides() -> None:
+    values = dict(config_values())
+    values["max.connections.per.ip"] = 0
     with pytest.raises(ValueError, match=r"max\.connections\.per\.ip can be set to zero only if"):
-        ConnectionLimits.from_config(config_values(max_connections_per_ip="0"), ManualClock())
+        ConnectionLimits.from_config(values, ManualClock())
+    with pytest.raises(ConfigError, match=r"max\.connections\.per\.ip can be set to zero only if"):
+        config_values(max_connections_per_ip="0")  # the broker's config refuses it before starting
     lim = ConnectionLimits.from_config(
         config_values(max_connections_per_ip="0", max_connections_per_ip_overrides="10.0.0.1:2"), ManualClock())
     assert lim.admit("10.0.0.2") is not None
@@ -238,15 +242,24 @@ def test_parse_overrides() -> None:
 def test_malformed_overrides_raise_naming_the_key(text: str) -> None:
     with pytest.raises(ValueError, match=r"max\.connections\.per\.ip\.overrides"):
         parse_per_ip_overrides(text)
-    values = config_values(max_connections_per_ip_overrides=text) if _config_accepts(text) else None
-    if values is not None:
-        with pytest.raises(ValueError, match=r"max\.connections\.per\.ip\.overrides"):
-            ConnectionLimits.from_config(values, ManualClock())
+    with pytest.raises(ConfigError, match=r"max\.connections\.per\.ip\.overrides"):
+        config_values(max_connections_per_ip_overrides=text)  # the broker refuses to start, naming the key
 
 
-def _config_accepts(text: str) -> bool:
-    try:
-        config_values(max_connections_per_ip_overrides=text)
-    except ValueError:
-        return False
-    return True
+# -- ip connection_creation_rate quotas (KIP-612) ----------------------------------------------------
+
+
+def test_ip_quota_limits_one_address_and_the_default_the_others() -> None:
+    clock = ManualClock()
+    lim = limits(clock=clock, windows=2, window_ms=1000)
+    lim.set_ip_quotas({"10.0.0.1": 2, None: 5})
+    # at least one full window is counted: 2 per second lets 2 connections in at once
+    assert [lim.admit("10.0.0.1") for _ in range(3)][:2] == [None, None]
+    assert "10.0.0.1's connection_creation_rate quota of 2" in (lim.admit("10.0.0.1") or "")
+    assert lim.count("10.0.0.1") == 2  # the refused ones counted nothing
+    assert sum(lim.admit("10.0.0.2") is None for _ in range(8)) == 5  # the default ip quota, per address
+    assert sum(lim.admit("10.0.0.3") is None for _ in range(8)) == 5
+    clock.advance(3000)  # the windows have passed
+    assert lim.admit("10.0.0.1") is None
+    lim.set_ip_quotas({})
+    assert all(lim.admit("10.0.0.1") is None for _ in range(20))
