@@ -147,9 +147,8 @@ async def dispatch(ctx_factory: Callable[[Any], RequestContext], frame: bytes) -
         result = await HANDLERS[api_key](ctx, request)
     else:
         throttle.before(ctx, api_key, request, len(frame))
-        timed = throttle.Timed(HANDLERS[api_key](ctx, request))
-        result = await timed
-        throttle.after(ctx, api_key, version, result, timed.seconds)
+        result = await HANDLERS[api_key](ctx, request)
+        throttle.after(ctx, api_key, version, result)
     if isinstance(result, Deferred):
         return PendingFrame(result, api_key, version, correlation_id)
     return _encode(api_key, version, correlation_id, result)

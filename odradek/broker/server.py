@@ -31,7 +31,7 @@ from odradek.broker.broker import Broker
 from odradek.broker.connection_limits import ConnectionLimits
 from odradek.broker.context import CloseConnection, RequestContext
 from odradek.broker.dispatch import PendingFrame, dispatch
-from odradek.broker.throttle import DELAY_UNTIL, MUTED_UNTIL
+from odradek.broker.throttle import DELAY_UNTIL, MUTED_UNTIL, Timed, charge_loop_time
 from odradek.protocol.frame import FrameError, RequestHeader, frame_size
 from odradek.storage.segment import FileRegion
 
@@ -191,16 +191,15 @@ class Server:
                 frame = await reader.readexactly(size)
                 self._connections[task] = True
                 try:
-                    out = await dispatch(make_ctx, frame)
+                    if self.broker.quotas.enabled:  # the loop time it holds counts toward request_percentage
+                        timed = Timed(self._serve(make_ctx, frame, writer, later, state))
+                        await timed
+                        charge_loop_time(self.broker.quotas, state, timed.seconds)
+                    else:
+                        await self._serve(make_ctx, frame, writer, later, state)
                 except CloseConnection as e:
                     log.warning("closing connection from %s: %s", peer, e)
                     return
-                if DELAY_UNTIL in state:  # a quota throttled this old-version request (broker/throttle.py)
-                    await self._throttle(state)
-                if isinstance(out, list) and not later.pending:
-                    await self._send(writer, out)
-                elif out is not None:
-                    await later.add(out)  # behind a deferred response: sent in turn
                 self._connections[task] = False
         except asyncio.IncompleteReadError as e:
             if e.partial:
@@ -218,6 +217,17 @@ class Server:
                 writer.close()
             finally:
                 self.limits.release(ip)  # exactly once per admitted connection
+
+    async def _serve(self, make_ctx: Any, frame: bytes, writer: asyncio.StreamWriter, later: _InOrder,
+                     state: dict[str, Any]) -> None:
+        """One request frame: dispatched, and its response sent (or queued behind a deferred one)."""
+        out = await dispatch(make_ctx, frame)
+        if DELAY_UNTIL in state:  # a quota throttled this old-version request (broker/throttle.py)
+            await self._throttle(state)
+        if isinstance(out, list) and not later.pending:
+            await self._send(writer, out)
+        elif out is not None:
+            await later.add(out)  # behind a deferred response: sent in turn
 
     @staticmethod
     async def _throttle(state: dict[str, Any]) -> None:

@@ -4,11 +4,14 @@ Around each handler (``dispatch``): ``before`` resolves the client's quotas (use
 authenticate, and the request header's client-id), records a Produce request's size against
 ``producer_byte_rate`` and checks the client's ``request_percentage`` (the loop time its earlier requests held);
 the larger throttle goes into ``ctx.throttle_ms``, which handlers that lay out their own response (Produce,
-Fetch) encode, and which ``after`` writes into every other response's ``throttle_time_ms``. ``after`` records
-the loop time this request held (``timed``: only the steps the handler's coroutine actually ran, not the time it
-was parked in a long poll or a rebalance, as Kafka counts request-handler time and not purgatory time) and mutes
+Fetch) encode, and which ``after`` writes into every other response's ``throttle_time_ms``; ``after`` also mutes
 the connection for the throttle time. Fetch charges ``consumer_byte_rate`` itself (``handlers/fetch.py``): it
-must know the response size and answers a throttled fetch with no records.
+must know the response size, and answers a throttled fetch with no records.
+
+The server times each request from its frame to its written response with ``Timed``, counting only the steps
+that actually ran on the loop (not the time parked in a long poll or a rebalance: Kafka counts request-handler
+and network-thread time, not purgatory time), and charges it to ``request_percentage`` with
+``charge_loop_time``.
 
 Muting follows KIP-219: the server reads nothing more from a throttled connection until its throttle time is
 over (``MUTED_UNTIL``), and sends the response at once to clients whose request version tells them to back off
@@ -30,11 +33,21 @@ from typing import Any, TypeVar
 from odradek.broker.context import RequestContext
 from odradek.protocol import apis
 from odradek.protocol.errors import ErrorCode, KafkaError
+from odradek.quota.client_quotas import ClientQuotas
 
 T = TypeVar("T")
 
 MUTED_UNTIL = "muted_until"  # connection state: time.monotonic() until which nothing is read
 DELAY_UNTIL = "delay_until"  # connection state: time.monotonic() before which the response is not sent
+REQUEST_BOUND = "request_bound"  # connection state: the request_percentage bound the current request charges
+
+
+def charge_loop_time(quotas: ClientQuotas, state: dict[str, Any], seconds: float) -> None:
+    """Charge the loop time the connection's last request held (decoding, handling, encoding, writing) to its
+    client's ``request_percentage``."""
+    bound = state.pop(REQUEST_BOUND, None)
+    if bound is not None:
+        quotas.record_request_time(bound, seconds)
 
 # The first version of each response that tells the client to back off by itself (KIP-219; Kafka's
 # ``AbstractResponse.shouldClientThrottle``). Earlier versions, and APIs not listed, get a delayed response.
@@ -65,13 +78,14 @@ def before(ctx: RequestContext, api_key: int, request: Any, size: int) -> None:
     ctx.throttle_ms = throttle
 
 
-def after(ctx: RequestContext, api_key: int, version: int, result: Any, loop_seconds: float) -> None:
-    """Charge the loop time the request held, put the throttle time in the response, mute the connection."""
+def after(ctx: RequestContext, api_key: int, version: int, result: Any) -> None:
+    """Put the throttle time in the response, mute the connection, and leave the request's ``request_percentage``
+    bound for the server to charge."""
     q = ctx.quota
     if q is None:
         return
-    if q.request is not None:
-        ctx.broker.quotas.record_request_time(q.request, loop_seconds)
+    if q.request is not None:  # charged by the server once the response is written (``charge_loop_time``)
+        ctx.connection[REQUEST_BOUND] = q.request
     throttle = ctx.throttle_ms
     if throttle <= 0:
         return
