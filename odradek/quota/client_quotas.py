@@ -29,8 +29,10 @@ Invariants:
 - ``for_client`` is a dict lookup once resolved; ``record`` is a few arithmetic operations on one sensor.
 - A quota change applies at once: resolutions are recomputed and limits re-read; the measured rates of quota
   groups that still exist are kept.
-- Sensors unused for ``SENSOR_EXPIRY_MS`` are dropped (checked at most once a minute), so memory follows the
-  active clients, not every client-id ever seen.
+- Sensors and buckets unused for ``SENSOR_EXPIRY_MS`` are dropped (checked at most once a minute, on any
+  client's request), so memory follows the active clients, not every client-id ever seen.
+- A refused mutation always comes with a throttle time of at least 1 ms; a changed mutation quota keeps its
+  bucket's level (capped at the new burst).
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ class TokenBucket:
         self.updated_ms = now_ms
 
     def throttle_ms(self) -> int:
-        return 0 if self.tokens >= 0 else round(-self.tokens / self.rate * 1000)
+        return 0 if self.tokens >= 0 else max(1, round(-self.tokens / self.rate * 1000))
 
 
 @dataclass(slots=True)
@@ -139,13 +141,12 @@ class ClientQuotas:
         """Replace every quota config (entity -> key -> value) and apply them from now on."""
         self._configs = {e: {k: float(v) for k, v in c.items() if k in _KINDS} for e, c in configs.items()}
         self._configs = {e: c for e, c in self._configs.items() if c}
-        self._resolved.clear()
+        self._resolved.clear()  # resolved again on next use; sensors and buckets take the new limits then
         self.enabled = bool(self._configs)
-        for key, sensor in list(self._sensors.items()):  # limits of the mutation buckets follow the config
-            if isinstance(sensor, TokenBucket):
-                del self._sensors[key]
 
     def for_client(self, user: str, client_id: str) -> ClientQuota:
+        if self.clock.milliseconds() - self._last_sweep_ms > _SWEEP_INTERVAL_MS:
+            self._sweep(self.clock.milliseconds())
         q = self._resolved.get((user, client_id))
         if q is None:
             if len(self._resolved) > 100_000:  # bounded: a flood of client-ids only costs re-resolution
@@ -179,6 +180,11 @@ class ClientQuotas:
             else:
                 sensor = Sensor(WindowedRate(self.clock, windows=self.windows, window_ms=self.window_ms))
             self._sensors[key] = sensor
+        elif isinstance(sensor, TokenBucket) and sensor.rate != limit:  # a changed quota keeps the bucket's level
+            sensor.refill(now)
+            sensor.rate = limit
+            sensor.burst = limit * self.mutation_burst_s
+            sensor.tokens = min(sensor.tokens, sensor.burst)
         sensor.last_used_ms = now
         return sensor
 
@@ -197,8 +203,6 @@ class ClientQuotas:
         now = self.clock.milliseconds()
         sensor.last_used_ms = now
         sensor.rate.record(amount)
-        if now - self._last_sweep_ms > _SWEEP_INTERVAL_MS:
-            self._sweep(now)
         total, elapsed_ms = sensor.rate.measure()
         rate = total * 1000.0 / elapsed_ms
         if rate <= bound.limit:

@@ -56,8 +56,9 @@ def entity(components: Iterable[tuple[str, str | None]]) -> Entity:
     unknown = [t for t in types if t not in _ORDER]
     if unknown:
         raise QuotaConfigError(f"unknown quota entity type {unknown[0]!r}: use {', '.join(ENTITY_TYPES)}")
-    if len(set(types)) != len(types):
-        raise QuotaConfigError(f"quota entity type {types[0]!r} is named twice in one entity")
+    repeated = [t for i, t in enumerate(types) if t in types[:i]]
+    if repeated:
+        raise QuotaConfigError(f"quota entity type {repeated[0]!r} is named twice in one entity")
     out = tuple(sorted(((t, n) for t, n in comps), key=lambda c: _ORDER[c[0]]))
     if tuple(t for t, _ in out) not in _VALID_SHAPES:
         raise QuotaConfigError("a quota entity is a user, a client-id, a user with a client-id, or an ip; got "
