@@ -15,7 +15,9 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions
 
+from tests.broker.wire import Conn, batch, ensure_topic, request_frame
 from tests.cluster.brokers import Cluster, running_cluster, wait_until
+from tests.compat.test_quotas import configs
 
 pytestmark = pytest.mark.slow
 
@@ -61,6 +63,43 @@ def test_topic_config_change_reaches_every_broker(cluster: Cluster) -> None:
             return got["retention.ms"].value == "123456"
 
         wait_until(value, what=f"broker {b.broker_id} to see retention.ms=123456")
+
+
+def test_client_quota_set_on_one_broker_applies_on_every_broker(cluster: Cluster) -> None:
+    """AlterClientQuotas on one broker lands in ZooKeeper (/config/clients) and every broker applies it: each
+    describes it and throttles the client."""
+    client_id = f"q-{uuid.uuid4().hex[:6]}"
+    brokers = list(cluster.each())
+    configs(brokers[0], "alter", "--entity-type", "clients", "--entity-name", client_id,
+            "--add-config", "producer_byte_rate=1024")
+    topic = _topic()
+    cluster.create_topic(topic, partitions=1, replication_factor=3)
+    leader = cluster.leader(topic)
+    for b in brokers:
+        wait_until(lambda b=b: _quotas_on(b.fixed_port, client_id) == {"producer_byte_rate": 1024.0},
+                   what=f"broker {b.broker_id} to describe the quota")
+    (lead,) = [b for b in brokers if b.broker_id == leader]
+    with Conn(("127.0.0.1", lead.fixed_port)) as c:
+        ensure_topic(c, topic)
+        values = {"transactional_id": None, "acks": 1, "timeout": 10_000,
+                  "topic_data": [{"name": topic, "partition_data": [{"index": 0,
+                                                                     "records": batch(*[b"z" * 1000] * 64)}]}]}
+        c.send_raw(request_frame(0, 9, c.next_id(), values, client_id=client_id))
+        _, r = c.recv_response(0, 9)
+    assert r.throttle_time.total_seconds() > 0
+    configs(brokers[1], "alter", "--entity-type", "clients", "--entity-name", client_id,
+            "--delete-config", "producer_byte_rate")
+    for b in brokers:
+        wait_until(lambda b=b: _quotas_on(b.fixed_port, client_id) == {}, what=f"broker {b.broker_id} to drop it")
+
+
+def _quotas_on(port: int, client_id: str) -> dict[str, float]:
+    """What DescribeClientQuotas answers on one broker for a client-id."""
+    with Conn(("127.0.0.1", port)) as c:
+        r = c.request(48, 1, {"components": [{"entity_type": "client-id", "match_type": 0, "match": client_id}],
+                              "strict": True})
+    assert r.error_code == 0
+    return {v.key: v.value for e in r.entries or () for v in e.values}
 
 
 def test_controlled_shutdown_moves_leadership_before_stopping(cluster: Cluster) -> None:
