@@ -198,3 +198,29 @@ def test_quotas_set_changed_removed_and_kept_across_restart(tmp_path: Path) -> N
         configs(b, "alter", "--entity-type", "clients", "--entity-name", "app", "--delete-config",
                 "producer_byte_rate")
         assert "app" not in configs(b, "describe", "--entity-type", "clients")
+
+
+def test_old_request_versions_get_their_response_after_the_throttle_time(qbroker: BrokerProcess) -> None:
+    """Produce v5 predates KIP-219: its client does not back off by itself, so the broker holds the response for
+    the throttle time; v9's comes at once and the client is trusted to wait."""
+    configs(qbroker, "alter", "--entity-type", "clients", "--entity-name", "old-client",
+            "--add-config", "producer_byte_rate=10000")
+    with Conn(address(qbroker)) as c:
+        ensure_topic(c, "quota-old")
+    records = batch(*[b"o" * 1000] * 40)  # 40 KB at 10 kB/s over 2 windows: throttled for about 2 s
+
+    def timed_produce(version: int) -> tuple[float, int]:
+        values = {"transactional_id": None, "acks": 1, "timeout": 10_000,
+                  "topic_data": [{"name": "quota-old", "partition_data": [{"index": 0, "records": records}]}]}
+        with Conn(address(qbroker), timeout=30) as c:
+            started = time.monotonic()
+            c.send_raw(request_frame(apis.PRODUCE, version, c.next_id(), values, client_id="old-client"))
+            _, r = c.recv_response(apis.PRODUCE, version, timeout=30)
+            return time.monotonic() - started, int(r.throttle_time.total_seconds() * 1000)
+
+    elapsed, throttle = timed_produce(5)
+    assert throttle > 500
+    assert elapsed >= throttle / 1000 * 0.9  # held back for the throttle time
+    elapsed, throttle = timed_produce(9)
+    assert throttle > 500
+    assert elapsed < throttle / 1000 / 2  # answered at once
