@@ -8,24 +8,18 @@ being served. Every wait is a bounded poll.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import select
-import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 from confluent_kafka import KafkaError, Producer
 
-from odradek.broker.broker import Broker
-from odradek.broker.config import BrokerConfig
 from odradek.broker.connection_limits import ConnectionLimits
-from odradek.broker.server import Server
-from tests.broker import wire
+from tests.broker import inprocess, wire
 from tests.broker.wire import Conn
 
 T = TypeVar("T")
@@ -33,52 +27,16 @@ LOOPBACK = "127.0.0.1"
 POLL_S = 5.0  # the most any condition below is waited for
 
 
-class InProcessBroker:
-    """A broker serving on 127.0.0.1 from an event loop in a daemon thread."""
-
-    def __init__(self, data: Path, props: dict[str, str]) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="broker-loop", daemon=True)
-        self.thread.start()
-        config = BrokerConfig.from_properties({
-            "log.dirs": str(data), "listeners": f"PLAINTEXT://{LOOPBACK}:0", "num.partitions": "1", **props,
-        })
-        self.server = Server(self.on_loop(lambda: Broker(config)))
-        asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(timeout=30)
-        assert self.server.port
-        self.address = (LOOPBACK, self.server.port)
-        self.bootstrap = f"{LOOPBACK}:{self.server.port}"
-
+class InProcessBroker(inprocess.InProcessBroker):
     @property
     def limits(self) -> ConnectionLimits:
         return self.server.limits
-
-    def on_loop(self, fn: Callable[[], T]) -> T:
-        """Run ``fn`` on the broker's loop and return its result."""
-        done: Future[T] = Future()
-
-        def call() -> None:
-            try:
-                done.set_result(fn())
-            except BaseException as e:  # handed back to the test thread
-                done.set_exception(e)
-
-        self.loop.call_soon_threadsafe(call)
-        return done.result(timeout=30)
 
     def total(self) -> int:
         return self.on_loop(lambda: self.limits.total)
 
     def count(self, ip: str) -> int:
         return self.on_loop(lambda: self.limits.count(ip))
-
-    def close(self) -> None:
-        try:
-            asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop).result(timeout=30)
-        finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self.thread.join(timeout=10)
-            self.loop.close()
 
 
 @pytest.fixture

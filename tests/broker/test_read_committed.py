@@ -11,11 +11,9 @@ coordinator round trip is needed to open a transaction in a partition.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,13 +22,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from odradek.broker.broker import Broker
-from odradek.broker.config import BrokerConfig
-from odradek.broker.server import Server
 from odradek.protocol import apis
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.records import RecordInput, build_batch, iter_batches
-from tests.broker import wire
+from tests.broker import inprocess, wire
 from tests.broker.wire import Conn
 from tests.storage.txn_reader import committed_records
 
@@ -40,41 +35,9 @@ TXN_ID = "txn-tests"
 T0 = int(time.time() * 1000)  # records as old as the markers (stamped now): no segment.ms roll between them
 
 
-class InProcessBroker:
-    """A broker serving on 127.0.0.1 from an event loop in a daemon thread."""
-
+class InProcessBroker(inprocess.InProcessBroker):
     def __init__(self, data: Path) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="broker-loop", daemon=True)
-        self.thread.start()
-        config = BrokerConfig.from_properties({
-            "log.dirs": str(data), "listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": "1",
-            "transaction.partition.verification.enable": "false",
-        })
-        self.server = Server(self.on_loop(lambda: Broker(config)))  # its futures belong to that loop
-        self._run(self.server.start())
-        assert self.server.port
-        self.address = ("127.0.0.1", self.server.port)
-
-    @property
-    def broker(self) -> Broker:
-        return self.server.broker
-
-    def _run(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=30)
-
-    def on_loop(self, fn: Callable[[], T]) -> T:
-        """Run ``fn`` on the broker's loop (where handlers run) and return its result."""
-        done: Future[T] = Future()
-
-        def call() -> None:
-            try:
-                done.set_result(fn())
-            except BaseException as e:  # handed back to the test thread
-                done.set_exception(e)
-
-        self.loop.call_soon_threadsafe(call)
-        return done.result(timeout=30)
+        super().__init__(data, {"transaction.partition.verification.enable": "false"})
 
     def create_topic(self, name: str, partitions: int = 1) -> None:
         self.on_loop(lambda: self.broker.create_topic(name, partitions))
@@ -89,14 +52,6 @@ class InProcessBroker:
             self.broker.notify(topic, partition)
             return int(offset)
         return self.on_loop(write)
-
-    def close(self) -> None:
-        try:
-            self._run(self.server.stop())
-        finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self.thread.join(timeout=10)
-            self.loop.close()
 
 
 @pytest.fixture(scope="module")

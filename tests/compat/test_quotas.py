@@ -67,19 +67,26 @@ def measured(r: dict[str, object]) -> float:
     return rate_between(marks, 3.0, RUN_S)
 
 
+def quoted_beside_free(verb: str, client: str, b: BrokerProcess, topic: str, key: str
+                       ) -> tuple[dict[str, object], dict[str, object]]:
+    """Two clients of one library side by side, one under a ``key`` quota of ``QUOTA``: their results, once the
+    quota'd one is checked to have held to its quota within 20 %."""
+    slow_id = f"slow-{verb}-{client}"
+    configs(b, "alter", "--entity-type", "clients", "--entity-name", slow_id, "--add-config", f"{key}={QUOTA}")
+    slow = load(verb, client, b, topic, slow_id)
+    fast = load(verb, client, b, topic, f"free-{verb}-{client}")
+    slow_r, fast_r = result(slow), result(fast)
+    rate = measured(slow_r)
+    assert 0.8 * QUOTA <= rate <= 1.2 * QUOTA, f"{client}: {rate / QUOTA:.2f} x the quota"
+    return slow_r, fast_r
+
+
 @pytest.mark.parametrize("client", ["confluent", "kafka-python", "aiokafka"])
 def test_producer_byte_rate_holds_a_producer_to_its_quota_beside_a_free_one(qbroker: BrokerProcess,
                                                                            client: str) -> None:
     topic = f"quota-produce-{client}"
     create_topic(qbroker, topic)
-    slow_id = f"slow-producer-{client}"
-    configs(qbroker, "alter", "--entity-type", "clients", "--entity-name", slow_id,
-            "--add-config", f"producer_byte_rate={QUOTA}")
-    slow = load("produce", client, qbroker, topic, slow_id)
-    fast = load("produce", client, qbroker, topic, f"free-producer-{client}")
-    slow_r, fast_r = result(slow), result(fast)
-    rate = measured(slow_r)
-    assert 0.8 * QUOTA <= rate <= 1.2 * QUOTA, f"{client}: {rate / QUOTA:.2f} x the quota"
+    slow_r, fast_r = quoted_beside_free("produce", client, qbroker, topic, "producer_byte_rate")
     assert measured(fast_r) > 5 * QUOTA
     if client != "aiokafka":  # aiokafka does not report throttle times
         assert float(slow_r["throttle_ms"]) > 0  # type: ignore[arg-type]
@@ -97,14 +104,7 @@ def test_consumer_byte_rate_holds_a_consumer_to_its_quota_beside_a_free_one(qbro
         for _ in range(48):
             c.request(apis.PRODUCE, 9, {"transactional_id": None, "acks": 1, "timeout": 10_000, "topic_data": [
                 {"name": topic, "partition_data": [{"index": 0, "records": records}]}]})
-    slow_id = f"slow-consumer-{client}"
-    configs(qbroker, "alter", "--entity-type", "clients", "--entity-name", slow_id,
-            "--add-config", f"consumer_byte_rate={QUOTA}")
-    slow = load("consume", client, qbroker, topic, slow_id)
-    fast = load("consume", client, qbroker, topic, f"free-consumer-{client}")
-    slow_r, fast_r = result(slow), result(fast)
-    rate = measured(slow_r)
-    assert 0.8 * QUOTA <= rate <= 1.2 * QUOTA, f"{client}: {rate / QUOTA:.2f} x the quota"
+    slow_r, fast_r = quoted_beside_free("consume", client, qbroker, topic, "consumer_byte_rate")
     fast_marks = fast_r["marks"]
     assert isinstance(fast_marks, list)
     assert fast_marks[-1][1] >= 24_000_000  # read everything
