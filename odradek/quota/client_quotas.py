@@ -202,8 +202,7 @@ class ClientQuotas:
         assert isinstance(sensor, Sensor)
         now = self.clock.milliseconds()
         sensor.last_used_ms = now
-        sensor.rate.record(amount)
-        total, elapsed_ms = sensor.rate.measure()
+        total, elapsed_ms = sensor.rate.record_at(now, amount)
         rate = total * 1000.0 / elapsed_ms
         if rate <= bound.limit:
             return 0

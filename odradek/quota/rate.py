@@ -39,6 +39,12 @@ class WindowedRate:
         i = self._slot(self._clock.milliseconds())
         self._counts[i] += amount
 
+    def record_at(self, now: int, amount: float) -> tuple[float, int]:
+        """``record`` then ``measure`` at ``now`` (the caller's reading of this rate's clock): the quota step's
+        one call per request."""
+        self._counts[self._slot(now)] += amount
+        return self._measure(now)
+
     def rate(self) -> float:
         """Units per second over the live windows."""
         total, elapsed = self.measure()
@@ -49,11 +55,15 @@ class WindowedRate:
         needs to compute how long a client must wait to come back under it."""
         now = self._clock.milliseconds()
         self._slot(now)
+        return self._measure(now)
+
+    def _measure(self, now: int) -> tuple[float, int]:
         oldest_allowed = now - self._windows * self._window_ms
         total: float = 0
         oldest = now
         for start, count in zip(self._starts, self._counts, strict=True):
             if start > oldest_allowed:
                 total += count
-                oldest = min(oldest, start)
+                if start < oldest:
+                    oldest = start
         return total, max(now - oldest, (self._windows - 1) * self._window_ms)

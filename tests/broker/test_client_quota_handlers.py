@@ -16,6 +16,7 @@ import pytest
 from odradek.protocol import apis
 from odradek.protocol.errors import ErrorCode
 from odradek.quota.entity import CLIENT_ID, IP, USER
+from tests.broker import wire
 from tests.broker.conftest import BrokerFactory
 from tests.broker.process import BrokerProcess
 from tests.broker.wire import Conn, metadata
@@ -412,3 +413,28 @@ def test_the_mutation_quota_applies_after_a_restart(broker: BrokerProcess) -> No
     throttle, t = create_topic(broker, 7, "refused", 1)
     assert int(t.error_code) == ErrorCode.THROTTLING_QUOTA_EXCEEDED
     assert throttle > timedelta(0)
+
+
+def test_a_fetch_over_the_consumer_quota_gets_no_records_and_its_session_goes_on(broker: BrokerProcess) -> None:
+    """A throttled fetch is answered empty with its throttle time; its incremental session moves to the next epoch
+    having sent nothing, so the data comes back in the next fetch once the client is under its quota again."""
+    p0 = ("quota-fetch", 0)
+    with connect(broker) as conn:
+        wire.ensure_topic(conn, p0[0], partitions=1)
+        assert wire.produce(conn, *p0, wire.batch(b"v" * 30_000)).error_code == 0
+        alter_ok(conn, 1, {((CLIENT_ID, "odradek-tests"),): {"consumer_byte_rate": 1000}})
+        r = wire.fetch(conn, {p0: 1}, session_id=0, session_epoch=0)  # at the end: opens a session, no records
+        assert int(r.error_code) == 0 and r.session_id != 0
+        assert not wire.fetched(r)[p0].records
+        sid = r.session_id
+        r = wire.fetch(conn, {p0: 0}, session_id=sid, session_epoch=1)  # 30 KB would be 3 x the quota's 10 s
+        assert r.throttle_time > timedelta(0)
+        assert wire.fetched(r) == {}
+    with connect(broker) as conn:  # the throttled connection is muted for its throttle time (20 s)
+        (removed,) = alter(conn, 1, entry(((CLIENT_ID, "odradek-tests"),), [("consumer_byte_rate", None)]))
+        assert int(removed.error_code) == ErrorCode.NONE
+        r = wire.fetch(conn, {}, session_id=sid, session_epoch=2)  # sessions belong to no connection
+        assert int(r.error_code) == 0 and r.throttle_time == timedelta(0)
+        got = wire.fetched(r)[p0]
+        assert [rec.value for rec in wire.records_of(got.records)] == [b"v" * 30_000]
+        assert got.high_watermark == 1

@@ -122,19 +122,25 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse:
             topics, total, errors = _read(ctx, wants, max_bytes, read_committed, client)
             break
 
+    sent_states: list[tuple[SessionPartition, fr.PartitionData]] = []
+    if session is not None:
+        topics, sent_states = _select(session, topics, incremental)
+    response = RawResponse(fr.encode(v, topics, session_id=session.session_id if session is not None else 0))
     throttle = ctx.throttle_ms
-    if quota is not None or throttle:
-        size = RawResponse(fr.encode(v, topics)).size
-        throttle = max(throttle, b.quotas.record(quota, size))
+    if quota is not None or throttle:  # charged the size of the response as it would be sent, as Kafka does
+        throttle = max(throttle, b.quotas.record(quota, response.size))
         if throttle:  # Kafka's throttled fetch: nothing sent (nor charged), the client comes back later
-            b.quotas.unrecord(quota, size)
+            b.quotas.unrecord(quota, response.size)
             ctx.throttle_ms = throttle
             return _throttled(cache, session, incremental, v, now, throttle)
     if session is not None:
-        topics = _track(session, topics, wants, incremental)
+        for state, pd in sent_states:  # the session remembers what went out
+            state.sent_high_watermark = pd.high_watermark
+            state.sent_last_stable_offset = pd.last_stable_offset
+            state.sent_log_start_offset = pd.log_start_offset
         if incremental:  # a new session already expects epoch 1
             session.advance(now)
-    return RawResponse(fr.encode(v, topics, session_id=session.session_id if session is not None else 0))
+    return response
 
 
 def _throttled(cache: FetchSessionCache, session: FetchSession | None, incremental: bool, v: int, now: int,
@@ -280,10 +286,13 @@ def _read(
     return list(by_topic.values()), total, errors
 
 
-def _track(session: FetchSession, topics: list[fr.TopicData], wants: list[_Want],
-           incremental: bool) -> list[fr.TopicData]:
-    """Remember what was sent; for incremental fetches keep only partitions worth sending."""
+def _select(session: FetchSession, topics: list[fr.TopicData], incremental: bool
+            ) -> tuple[list[fr.TopicData], list[tuple[SessionPartition, fr.PartitionData]]]:
+    """What goes out (for incremental fetches only the partitions worth sending), and the session's partition
+    states with what each would be told. The session itself is not changed: the caller updates those states
+    only once the response goes out (a throttled fetch sends nothing)."""
     out = []
+    sent: list[tuple[SessionPartition, fr.PartitionData]] = []
     for td in topics:
         kept = []
         for pd in td.partitions:
@@ -295,12 +304,10 @@ def _track(session: FetchSession, topics: list[fr.TopicData], wants: list[_Want]
                 or pd.log_start_offset != state.sent_log_start_offset
             )
             if state is not None:
-                state.sent_high_watermark = pd.high_watermark
-                state.sent_last_stable_offset = pd.last_stable_offset
-                state.sent_log_start_offset = pd.log_start_offset
+                sent.append((state, pd))
             if changed or not incremental:
                 kept.append(pd)
         if kept:
             td.partitions = kept
             out.append(td)
-    return out
+    return out, sent
