@@ -126,6 +126,7 @@ def phase_throughput(a: argparse.Namespace, scratch: Path) -> dict[str, float]:
     raw = statistics.median(raws)
     cleaner = LogCleaner(CleanerConfig(dedupe_buffer_size=BUFFER), lambda: iter([(("t", 0), d, lg)]))
     worker = cleaner._worker(0)  # spawned before the clock starts, as a running broker's is
+    assert worker.wait_ready(120), "the cleaner worker did not load its kernel"
     idle_rss = _status_kib(worker.process.pid, "VmRSS")
     settle()
     prewarm(scratch, cleaned_bytes + 64 * MiB)

@@ -57,7 +57,7 @@ from odradek.storage.cleaner.batch_filter import (
     rewrite_batch,
     scan_records,
 )
-from odradek.storage.cleaner.offset_map import OffsetMap
+from odradek.storage.cleaner.offset_map import KeyOffsets, OffsetMap
 from odradek.storage.cleaner.planning import SegmentSummary, group_by_size
 from odradek.storage.config import LogConfig
 from odradek.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, segment_name
@@ -154,11 +154,13 @@ def _offset_map(memory_bytes: int, load_factor: float) -> OffsetMap:
     return m
 
 
-def _batches(path: Path, size: int, chunk: int, throttle: Throttler) -> Iterator[tuple[bytes, rb.BatchHeader]]:
-    """Every batch of the first ``size`` bytes of ``path``, CRC-checked, reading ``chunk`` bytes at a time."""
+def _batches(path: Path, size: int, chunk: int, throttle: Throttler,
+             start: int = 0) -> Iterator[tuple[bytes, rb.BatchHeader]]:
+    """Every batch of the first ``size`` bytes of ``path`` from byte ``start``, CRC-checked, reading ``chunk``
+    bytes at a time."""
     with open(path, "rb", buffering=0) as f:
         fd = f.fileno()
-        pos = 0
+        pos = start
         while pos < size:
             data = os.pread(fd, min(max(chunk, rb.HEADER_SIZE), size - pos), pos)
             if len(data) < rb.LOG_OVERHEAD:
@@ -207,7 +209,33 @@ class _Aborted:
         return self._entries[(h.producer_id, last)] if first <= h.base_offset <= last else None
 
 
-def build_offset_map(task: CleanTask, offset_map: OffsetMap, aborted: _Aborted, stats: CleanStats,
+def map_batch(task: CleanTask, raw: bytes, h: rb.BatchHeader, offset_map: KeyOffsets, aborted: _Aborted,
+              stats: CleanStats) -> int | None:
+    """Map one batch of the dirty part's segments; the offset the mapped part ends at (exclusive) if the pass's
+    map ends in this batch (``first_uncleanable`` reached, or the map full), else None."""
+    stats.map_bytes_read += h.size
+    if h.last_offset < task.first_dirty or h.is_control:
+        return None
+    if h.base_offset >= task.first_uncleanable:
+        return task.first_uncleanable
+    if h.is_transactional and aborted.covers(h) is not None:
+        return None
+    base = h.base_offset
+    put = offset_map.put
+    for r in scan_records(batch_body(raw, h), h):
+        offset = base + r[OFFSET_DELTA]
+        key = r[KEY]
+        if offset < task.first_dirty or key is None:
+            continue
+        if offset >= task.first_uncleanable:
+            return task.first_uncleanable
+        if not put(key, offset):
+            return offset
+        stats.map_records += 1
+    return None
+
+
+def build_offset_map(task: CleanTask, offset_map: KeyOffsets, aborted: _Aborted, stats: CleanStats,
                      throttle: Throttler) -> int:
     """Map the dirty part; returns the offset the map covers up to (exclusive): ``first_uncleanable`` unless the
     map filled up first."""
@@ -217,25 +245,9 @@ def build_offset_map(task: CleanTask, offset_map: OffsetMap, aborted: _Aborted, 
             continue
         for raw, h in _batches(directory / (segment_name(seg.base_offset) + LOG_SUFFIX), seg.size,
                                task.io_buffer_bytes, throttle):
-            stats.map_bytes_read += h.size
-            if h.last_offset < task.first_dirty or h.is_control:
-                continue
-            if h.base_offset >= task.first_uncleanable:
-                return task.first_uncleanable
-            if h.is_transactional and aborted.covers(h) is not None:
-                continue
-            base = h.base_offset
-            put = offset_map.put
-            for r in scan_records(batch_body(raw, h), h):
-                offset = base + r[OFFSET_DELTA]
-                key = r[KEY]
-                if offset < task.first_dirty or key is None:
-                    continue
-                if offset >= task.first_uncleanable:
-                    return task.first_uncleanable
-                if not put(key, offset):
-                    return offset
-                stats.map_records += 1
+            end = map_batch(task, raw, h, offset_map, aborted, stats)
+            if end is not None:
+                return end
     return task.first_uncleanable
 
 
@@ -246,7 +258,7 @@ def _marker_type(records: list[RecordSpan]) -> ControlType:
 class _Rewriter:
     """The per-batch rules of step 2-4 for one pass, in log order."""
 
-    def __init__(self, task: CleanTask, offset_map: OffsetMap, aborted: _Aborted, stats: CleanStats) -> None:
+    def __init__(self, task: CleanTask, offset_map: KeyOffsets, aborted: _Aborted, stats: CleanStats) -> None:
         self.task = task
         self.map = offset_map
         self.aborted = aborted
@@ -284,7 +296,7 @@ class _Rewriter:
         return rewrite_batch(raw, h, body, records, kept, delete_horizon=self.horizon if stamp else None), None
 
     def _kept(self, h: rb.BatchHeader, records: list[RecordSpan]) -> list[RecordSpan]:
-        get = self.map.offsets.get
+        get = self.map.get
         base = h.base_offset
         mapped_to = self.map.latest_offset
         expired = has_delete_horizon(h) and self.task.now_ms >= h.base_timestamp
@@ -298,7 +310,7 @@ class _Rewriter:
             if key is None:
                 self.stats.keyless_removed += 1
                 continue
-            if offset < get(key, -1):
+            if offset < get(key):
                 continue
             if expired and not r[HAS_VALUE]:
                 self.stats.tombstones_removed += 1
@@ -328,11 +340,53 @@ class _Rewriter:
         return rewrite_batch(raw, h, body, records, records, delete_horizon=self.horizon), entry
 
 
+class GroupWriter:
+    """The cleaned segment of one group, in the scratch directory: batches appended in order, a chunk of at least
+    ``io_buffer_bytes`` at a time, then ``finish`` moves its files to ``<base>.*.cleaned``."""
+
+    def __init__(self, task: CleanTask, group: list[SegmentSummary], scratch: Path, stats: CleanStats,
+                 throttle: Throttler) -> None:
+        self.task = task
+        self.group = group
+        self.scratch = scratch
+        self.stats = stats
+        self.throttle = throttle
+        self.base = group[0].base_offset
+        self.dest = LogSegment.create(scratch, self.base, task.config, now_ms=task.now_ms)
+        self.closed = False
+
+    def append(self, data: bytes | memoryview, headers: list[rb.BatchHeader]) -> None:
+        self.dest.append(data, headers)
+        self.throttle.account(len(data))
+        self.stats.bytes_written += len(data)
+
+    def finish(self) -> CleanedSegment:
+        """Roll, fsync and close the segment and move its files beside the log as ``*.cleaned``."""
+        dest = self.dest
+        try:
+            dest.on_roll()
+            dest.flush()
+            size = dest.size
+        finally:
+            self.close()
+        directory = Path(self.task.directory)
+        stem = segment_name(self.base)
+        (self.scratch / (stem + TXN_INDEX_SUFFIX)).touch()  # always one: the swap must replace the old one's
+        for suffix in SEGMENT_SUFFIXES:
+            os.replace(self.scratch / (stem + suffix), directory / (stem + suffix + CLEANED_SUFFIX))
+        return CleanedSegment(self.base, tuple(s.base_offset for s in self.group), size)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.dest.close()
+
+
 def _write_group(task: CleanTask, group: list[SegmentSummary], rewriter: _Rewriter, scratch: Path,
                  throttle: Throttler) -> CleanedSegment:
+    """The reference rewrite of one group: the batches of its segments through ``_Rewriter``, one by one."""
     directory = Path(task.directory)
-    base = group[0].base_offset
-    dest = LogSegment.create(scratch, base, task.config, now_ms=task.now_ms)
+    writer = GroupWriter(task, group, scratch, rewriter.stats, throttle)
     try:
         pending: list[bytes] = []
         headers: list[rb.BatchHeader] = []
@@ -345,41 +399,39 @@ def _write_group(task: CleanTask, group: list[SegmentSummary], rewriter: _Rewrit
                 if out is None:
                     continue
                 if entry is not None:
-                    dest.txn_index.append(entry)
+                    writer.dest.txn_index.append(entry)
                 pending.append(out)
                 headers.append(rb.parse_header(out))
                 pending_bytes += len(out)
                 if pending_bytes >= task.io_buffer_bytes:
-                    dest.append(b"".join(pending), headers)
-                    throttle.account(pending_bytes)
-                    rewriter.stats.bytes_written += pending_bytes
+                    writer.append(b"".join(pending), headers)
                     pending, headers, pending_bytes = [], [], 0
         if pending:
-            dest.append(b"".join(pending), headers)
-            throttle.account(pending_bytes)
-            rewriter.stats.bytes_written += pending_bytes
-        dest.on_roll()
-        dest.flush()
-        size = dest.size
+            writer.append(b"".join(pending), headers)
+        return writer.finish()
     finally:
-        dest.close()
-    stem = segment_name(base)
-    (scratch / (stem + TXN_INDEX_SUFFIX)).touch()  # always one: the swap must replace the old one's, if any
-    for suffix in SEGMENT_SUFFIXES:
-        os.replace(scratch / (stem + suffix), directory / (stem + suffix + CLEANED_SUFFIX))
-    return CleanedSegment(base, tuple(s.base_offset for s in group), size)
+        writer.close()
 
 
-def clean(task: CleanTask) -> CleanResult:
+def clean(task: CleanTask, *, compiled: bool = True) -> CleanResult:
     """Clean the log ``task`` describes into ``*.cleaned`` files (see the module docstring). Raises
     ``CorruptRecordError`` (a damaged batch: the log is left alone) or ``OSError``; the scratch files are
-    removed either way."""
+    removed either way. ``compiled``: the numba kernel does the uncompressed data batches (``compiled_pass``);
+    False runs the reference Python code alone (the tests compare both)."""
     started = time.monotonic()
     stats = CleanStats()
     throttle = Throttler(task.max_io_bytes_per_second, stats)
-    offset_map = _offset_map(task.memory_bytes, task.load_factor)
     aborted = _Aborted(task.aborted)
-    end = build_offset_map(task, offset_map, aborted, stats, throttle)
+    if compiled:
+        from odradek.storage.cleaner import compiled_pass  # numba: imported by workers only
+
+        offset_map: KeyOffsets = compiled_pass.offset_map(task.memory_bytes, task.load_factor)
+        end = compiled_pass.build_offset_map(task, offset_map, aborted, stats, throttle)
+        write_group = compiled_pass.write_group
+    else:
+        offset_map = _offset_map(task.memory_bytes, task.load_factor)
+        end = build_offset_map(task, offset_map, aborted, stats, throttle)
+        write_group = _write_group
     stats.map_utilization = offset_map.utilization()
     todo = [s for s in task.segments if s.base_offset < end]
     groups = group_by_size(todo, max_size=task.config.segment_bytes, max_index_bytes=task.config.segment_index_bytes,
@@ -392,7 +444,7 @@ def clean(task: CleanTask) -> CleanResult:
     cleaned: list[CleanedSegment] = []
     try:
         for group in groups:
-            cleaned.append(_write_group(task, group, rewriter, scratch, throttle))
+            cleaned.append(write_group(task, group, rewriter, scratch, throttle))
         fsync_directory(directory)
     except BaseException:
         for c in cleaned:

@@ -110,19 +110,32 @@ class _Worker:
                                    daemon=True)
         self.process.start()
         child.close()
+        self.ready = False  # the worker says "ready" once its compiled kernel is loaded
+
+    def wait_ready(self, timeout_s: float) -> bool:
+        """Wait until the worker has loaded its compiled kernel (tools and benchmarks); False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        while not self.ready and self.conn.poll(max(0.0, deadline - time.monotonic())):
+            kind, _ = self.conn.recv()
+            self.ready = kind == "ready"
+        return self.ready
 
     def run(self, task: CleanTask, stopping: threading.Event) -> CleanResult:
         self.conn.send(task)
-        while not self.conn.poll(0.2):
-            if stopping.is_set():
-                raise _Stopped
-            if not self.process.is_alive():
-                raise StorageError(f"the cleaner worker process died (exit code {self.process.exitcode})")
-        kind, value = self.conn.recv()
-        if kind == "ok":
-            assert isinstance(value, CleanResult)
-            return value
-        raise _WorkerError(*value)
+        while True:
+            while not self.conn.poll(0.2):
+                if stopping.is_set():
+                    raise _Stopped
+                if not self.process.is_alive():
+                    raise StorageError(f"the cleaner worker process died (exit code {self.process.exitcode})")
+            kind, value = self.conn.recv()
+            if kind == "ready":
+                self.ready = True
+                continue
+            if kind == "ok":
+                assert isinstance(value, CleanResult)
+                return value
+            raise _WorkerError(*value)
 
     def stop(self) -> None:
         if self.process.is_alive():
@@ -172,6 +185,10 @@ def _worker_main(conn: multiprocessing.connection.Connection, parent: int) -> No
         os.nice(WORKER_NICENESS)
     except OSError:
         pass
+    from odradek.storage.cleaner.compiled_pass import warm_up  # numba: in workers only, not in the broker
+
+    warm_up()  # a pass sent meanwhile waits in the pipe
+    conn.send(("ready", None))
     while True:
         try:
             task = conn.recv()

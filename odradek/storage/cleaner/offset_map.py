@@ -18,7 +18,25 @@ Invariants:
 
 from __future__ import annotations
 
+from typing import Protocol
+
 ENTRY_OVERHEAD = 128  # bytes charged per entry beyond the key's length (see the module docstring)
+
+
+class KeyOffsets(Protocol):
+    """What the cleaner's rules use of a map: this module's ``OffsetMap`` (the reference) and
+    ``key_table.CompiledOffsetMap`` (the compiled cleaner's) both provide it, with the same charging."""
+
+    @property
+    def latest_offset(self) -> int: ...
+
+    def put(self, key: bytes, offset: int) -> bool: ...
+
+    def get(self, key: bytes) -> int: ...
+
+    def utilization(self) -> float: ...
+
+    def clear(self) -> None: ...
 
 
 class OffsetMap:
