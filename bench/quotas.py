@@ -8,11 +8,13 @@ Run (from the repository root)::
 What is measured:
 
 - **overhead**: produce (1 KiB records, acks=1, ``rdkafka_performance`` as ``bench.broker_throughput``) and
-  consume (the same records from the beginning) against one broker without quotas and one where every client-id
+  consume (the records produced, from the beginning, 5 runs' worth at a time: a single run's 1 GB is read in
+  under half a second, too short to judge) against one broker without quotas and one where every client-id
   has quotas it never reaches (``<default>`` client-id: producer_byte_rate and consumer_byte_rate 10 GB/s,
   request_percentage 10,000), so every request goes through the quota step. Runs alternate between the two
   brokers; the figure is the median of ``--rounds`` runs each. Goal: with quotas >= 0.97x without. Beside them,
-  this machine's loopback TCP limit measured in the same run.
+  this machine's loopback TCP limit measured in the same run, and the broker's CPU seconds per GB moved (a
+  steadier view of the quota step's cost than throughput on a shared machine).
 - **accuracy**: a confluent-kafka producer (or consumer) in a process of its own (``tests.compat.quota_load``)
   pushes as fast as it can against a client-id quota of 1, 10 and 100 MB/s, with Kafka's default windows
   (``quota.window.num`` 11 of 1 s). Kafka's windows let a client run free until ``quota * 10 s`` is used, and its
@@ -64,14 +66,18 @@ def phase_overhead(a: argparse.Namespace, scratch: Path) -> dict[str, float]:
         alter_quota(brokers["quotas"], None, GENEROUS)
         produced: dict[str, list[float]] = {n: [] for n in brokers}
         consumed: dict[str, list[float]] = {n: [] for n in brokers}
+        cpu: dict[tuple[str, str], list[float]] = {(w, n): [] for w in ("produce", "consume") for n in brokers}
         for i in range(a.rounds):
             for name in (("free", "quotas") if i % 2 == 0 else ("quotas", "free")):
                 run = produce_once(tool, brokers[name], 1024, "1", a.count, 120, scratch)
                 produced[name].append(run.mbps)
+                cpu["produce", name].append(run.broker_cores * run.seconds / (run.mbps * run.seconds / 1000))
+        consume_count = a.count * min(a.rounds, 5)  # a run of a few seconds: one of a.count lasts ~0.4 s
         for i in range(a.rounds):
             for name in (("free", "quotas") if i % 2 == 0 else ("quotas", "free")):
-                run = consume_once(tool, brokers[name], a.count, 120)
+                run = consume_once(tool, brokers[name], consume_count, 120)
                 consumed[name].append(run.mbps)
+                cpu["consume", name].append(run.broker_cores * run.seconds / (run.mbps * run.seconds / 1000))
     finally:
         for b in brokers.values():
             b.stop()
@@ -84,6 +90,9 @@ def phase_overhead(a: argparse.Namespace, scratch: Path) -> dict[str, float]:
               f"(goal >= 0.97: {verdict(quota / free, 0.97)})", flush=True)
         print(f"#   runs without: {', '.join(f'{x:,.0f}' for x in runs['free'])}; with: "
               f"{', '.join(f'{x:,.0f}' for x in runs['quotas'])}", flush=True)
+        cpu_free, cpu_quota = statistics.median(cpu[what, "free"]), statistics.median(cpu[what, "quotas"])
+        print(f"#   broker CPU per GB moved (medians): with quotas {cpu_quota:.3f} s vs none {cpu_free:.3f} s "
+              f"= {cpu_quota / cpu_free:.3f}x", flush=True)
     return out
 
 

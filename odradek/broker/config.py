@@ -8,7 +8,7 @@ Invariants:
 - ``zookeeper.connect`` unset (the default) is single-node mode: the broker keeps its metadata in its
   own files, exactly as before the cluster keys existed, and the replication keys (replication factors,
   ``replica.*``, ``controlled.shutdown.*``) have no effect. Set, it is ZooKeeper mode (Kafka's).
-- Listeners: every client listener has its own name; its security protocol comes from
+- Listeners: every client listener has its own name and is served; its security protocol comes from
   ``listener.security.protocol.map`` and must be PLAINTEXT. ``advertised_listeners`` holds the
   advertised address of every listener, in ``listeners`` order (a listener not named in
   ``advertised.listeners`` advertises itself; an unset, ``0.0.0.0`` or ``::`` host advertises
@@ -350,10 +350,11 @@ class BrokerConfig:
                 f"listeners: only PLAINTEXT is supported, got {', '.join(unsupported)}: "
                 "use PLAINTEXT://HOST:PORT"
             )
-        self.listeners: list[Listener] = listeners
-        self.listener: Listener = listeners[0]
+        self.listeners: list[Listener] = [Listener(lst.name, lst.host, lst.port, protocols[lst.name])
+                                          for lst in listeners]
+        self.listener: Listener = self.listeners[0]
         adv = values["advertised.listeners"]
-        named = {lst.name: lst for lst in listeners}
+        named = {lst.name: lst for lst in self.listeners}
         given: dict[str, Listener] = {}
         for a in parse_listeners(adv, "advertised.listeners") if adv else []:
             if a.name in controller_names:
@@ -369,7 +370,7 @@ class BrokerConfig:
         self.advertised_listeners: list[Listener] = [
             Listener(lst.name, _advertised_host(given.get(lst.name, lst).host), given.get(lst.name, lst).port,
                      lst.security_protocol)
-            for lst in listeners
+            for lst in self.listeners
         ]
         inter = values["inter.broker.listener.name"]
         self.inter_broker_listener_name: str = inter.strip().upper() if inter else self.listener.name
@@ -548,6 +549,20 @@ class BrokerConfig:
     def advertised_port(self, port: int) -> None:
         first = self.advertised_listeners[0]
         self.advertised_listeners[0] = Listener(first.name, first.host, port, first.security_protocol)
+
+    def advertised_for(self, name: str) -> Listener:
+        """This broker's advertised address on the listener named ``name`` (the first one for an unknown name)."""
+        for a in self.advertised_listeners:
+            if a.name == name:
+                return a
+        return self.advertised_listeners[0]
+
+    def bound(self, name: str, port: int) -> None:
+        """The listener ``name`` was bound to ``port``: an advertised port 0 (``listeners=...:0`` advertised as
+        itself) becomes that port."""
+        for i, a in enumerate(self.advertised_listeners):
+            if a.name == name and a.port == 0:
+                self.advertised_listeners[i] = Listener(a.name, a.host, port, a.security_protocol)
 
     @property
     def inter_broker_listener(self) -> Listener:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from odradek.broker.broker import Broker
+from odradek.broker.config import Listener
 from odradek.protocol.frame import RequestHeader
 from odradek.quota.client_quotas import ANONYMOUS, ClientQuota
 from odradek.storage.segment import FileRegion
@@ -22,6 +23,17 @@ class RequestContext:
     connection: dict[str, Any] = field(default_factory=dict)  # per-connection state
     quota: ClientQuota | None = None  # the client's quotas, when any quota is configured (broker/throttle.py)
     throttle_ms: int = 0  # how long this request's client is throttled (its response's throttle_time_ms)
+    listener: str = ""  # the name of the listener the request came in on ("": the first listener)
+
+    @property
+    def advertised(self) -> Listener:
+        """This broker's advertised address on the request's listener (what Metadata and FindCoordinator give
+        the client: Kafka answers each listener with its own addresses)."""
+        return self.broker.config.advertised_for(self.listener_name)
+
+    @property
+    def listener_name(self) -> str:
+        return self.listener or self.broker.config.listener.name
 
     @property
     def version(self) -> int:

@@ -21,6 +21,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import socket
 import time
@@ -50,46 +51,59 @@ class Server:
         self.config = broker.config
         self.limits = ConnectionLimits.from_config(broker.config.values, broker.clock)  # admitted on accept
         broker.on_ip_quotas = self.limits.set_ip_quotas
-        self._server: asyncio.Server | None = None
+        self._servers: list[asyncio.Server] = []  # one per listener, in ``listeners`` order
+        self.ports: dict[str, int] = {}  # listener name -> bound port
         self._connections: dict[asyncio.Task[None], bool] = {}  # task -> busy with a request
         self._closing = False
         self._ticker: asyncio.Task[None] | None = None
         self._isr_ticker: asyncio.Task[None] | None = None
         self._group_ticker: asyncio.Task[None] | None = None
         self._group_loader: asyncio.Task[None] | None = None
-        self.port: int | None = None
+        self.port: int | None = None  # the first listener's bound port
 
     async def start(self) -> None:
         self.broker.start()
-        lst = self.config.listener
         # Bound first (so a port 0 is known before a cluster member registers its address), served last.
-        self._server = await asyncio.start_server(
-            self._on_connection, host=lst.host or None, port=lst.port, reuse_address=True, backlog=1024,
-            start_serving=False,
-        )
-        sock = self._server.sockets[0]
-        self.port = sock.getsockname()[1]
-        if self.config.advertised_port == 0:
-            self.config.advertised_port = self.port
+        try:
+            for lst in self.config.listeners:
+                server = await asyncio.start_server(
+                    functools.partial(self._on_connection, lst.name), host=lst.host or None, port=lst.port,
+                    reuse_address=True, backlog=1024, start_serving=False,
+                )
+                self._servers.append(server)
+                port = server.sockets[0].getsockname()[1]
+                self.ports[lst.name] = port
+                self.config.bound(lst.name, port)
+        except BaseException:
+            self._close_servers()
+            raise
+        self.port = self.ports[self.config.listener.name]
         if self.broker.replicated:
             try:
                 await self.broker.start_cluster()
             except BaseException:
-                self._server.close()
+                self._close_servers()
                 raise
             to_load, txns_to_load = [], []  # coordinators follow the leadership of their partitions
         else:
             to_load = self.broker.groups.start()  # their groups answer COORDINATOR_LOAD_IN_PROGRESS until loaded
             txns_to_load = self.broker.txns.start()  # likewise their transactional ids
-        await self._server.start_serving()
+        for server in self._servers:
+            await server.start_serving()
         self._ticker = asyncio.create_task(self._tick_forever())
         if self.broker.replicated:
             self._isr_ticker = asyncio.create_task(self._check_isr_forever())
         self._group_loader = asyncio.create_task(self._load_coordinators(to_load, txns_to_load))
         self._group_ticker = asyncio.create_task(self._tick_groups_forever())
-        log.info("broker %d listening on %s:%d (advertised %s:%d), data in %s", self.broker.node_id,
-                 lst.host or "*", self.port, self.config.advertised_host, self.config.advertised_port,
+        served = ", ".join(
+            f"{lst.name} {lst.host or '*'}:{self.ports[lst.name]} (advertised {a.host}:{a.port}, {a.security_protocol})"
+            for lst, a in zip(self.config.listeners, self.config.advertised_listeners, strict=True))
+        log.info("broker %d listening on %s; data in %s", self.broker.node_id, served,
                  ", ".join(str(d) for d in self.config.log_dirs))
+
+    def _close_servers(self) -> None:
+        for server in self._servers:
+            server.close()
 
     async def stop(self) -> None:
         """Graceful shutdown (SIGTERM/SIGINT)."""
@@ -99,8 +113,7 @@ class Server:
             await self.broker.controlled_shutdown()  # still serving: clients follow the moved leaderships
         self._closing = True
         log.info("shutting down: no new connections, finishing in-flight requests")
-        if self._server is not None:
-            self._server.close()
+        self._close_servers()
         for task in (self._ticker, self._group_ticker, self._group_loader, self._isr_ticker):
             if task is not None:
                 task.cancel()
@@ -112,8 +125,8 @@ class Server:
         self.broker.wake_all()
         if self._connections:
             await asyncio.wait(list(self._connections), timeout=30)
-        if self._server is not None:
-            await self._server.wait_closed()
+        for server in self._servers:
+            await server.wait_closed()
         if self.broker.replicated:
             await self.broker.stop_cluster()
         self.broker.stop()
@@ -157,7 +170,7 @@ class Server:
             except Exception:
                 log.exception("transaction coordinator timers failed")
 
-    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _on_connection(self, listener: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peername = writer.get_extra_info("peername")
         peer = f"{peername[0]}:{peername[1]}" if isinstance(peername, tuple) else str(peername)
         ip = str(peername[0]) if isinstance(peername, tuple) else str(peername)
@@ -176,7 +189,7 @@ class Server:
         limit = self.config.socket_request_max_bytes
 
         def make_ctx(header: RequestHeader) -> RequestContext:
-            return RequestContext(self.broker, header, peer, state)
+            return RequestContext(self.broker, header, peer, state, listener=listener)
 
         later = _InOrder(self, writer, peer)
         try:

@@ -67,7 +67,7 @@ def _locate(ctx: RequestContext, entry: dict[str, Any], runtime: Any, ensure_sta
         return
     cluster = b.cluster
     if cluster is None:
-        entry.update(node_id=b.node_id, host=b.config.advertised_host, port=b.config.advertised_port)
+        entry.update(node_id=b.node_id, host=ctx.advertised.host, port=ctx.advertised.port)
         return
     partition = coord.partition_of(key)
     state = cluster.states.get((runtime.topic, partition))
@@ -76,7 +76,7 @@ def _locate(ctx: RequestContext, entry: dict[str, Any], runtime: Any, ensure_sta
         entry.update(error_code=E.COORDINATOR_NOT_AVAILABLE,
                      error_message=f"{runtime.topic}-{partition} has no leader yet: retry")
         return
-    endpoint = reg.address(b.config.listener.name)
+    endpoint = reg.address(ctx.listener_name)
     entry.update(node_id=reg.broker_id, host=endpoint.host, port=endpoint.port)
 
 

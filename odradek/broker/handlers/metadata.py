@@ -14,15 +14,16 @@ AUTHORIZED_OPERATIONS_UNSET = -(2**31)
 
 
 def broker_entries(ctx: RequestContext) -> list[dict[str, Any]]:
-    """Every live broker at the address of the listener clients use (this broker alone on a single node)."""
+    """Every live broker at its address on the request's listener (this broker alone on a single node)."""
     b = ctx.broker
     cfg = b.config
     cluster = b.cluster
     if cluster is None:
-        return [{"node_id": b.node_id, "host": cfg.advertised_host, "port": cfg.advertised_port, "rack": cfg.rack}]
+        a = ctx.advertised
+        return [{"node_id": b.node_id, "host": a.host, "port": a.port, "rack": cfg.rack}]
     out = []
     for broker_id, reg in sorted(cluster.brokers.items()):
-        e = reg.address(cfg.listener.name)
+        e = reg.address(ctx.listener_name)
         out.append({"node_id": broker_id, "host": e.host, "port": e.port, "rack": reg.rack})
     return out
 
