@@ -1,0 +1,1 @@
+"""Security: SCRAM credentials, JAAS configuration, and (next) TLS contexts, principals and ACLs."""
