@@ -136,8 +136,9 @@ class ScramServer(SaslServer):
         if extensions:
             raise self._fail("SCRAM client-first: SCRAM extensions are not supported")
         if authzid:
-            user = attributes[0][2:] if attributes[0].startswith("n=") else ""
-            if not authzid.startswith("a=") or _unescape_saslname(authzid[2:]) != _unescape_saslname(user):
+            if not authzid.startswith("a=") or not attributes[0].startswith("n="):
+                raise self._fail("SCRAM client-first: malformed GS2 header")
+            if _unescape_saslname(authzid[2:]) != _unescape_saslname(attributes[0][2:]):
                 raise SaslAuthenticationError(
                     "Authentication failed: Client requested an authorization id that is different from username"
                 )
