@@ -23,7 +23,9 @@ Invariants:
 - ``iterations >= MIN_ITERATIONS`` (4096, Kafka's minimum for both mechanisms) for every credential; the
   factories also refuse more than ``MAX_ITERATIONS`` (16384), as Kafka's controller refuses them in
   AlterUserScramCredentials. A stored string with more is still read (older ZooKeeper clusters hold them).
-- ``salt``, ``stored_key`` and ``server_key`` are non-empty bytes. The keys are as long as the mechanism's
+- ``salt``, ``stored_key`` and ``server_key`` are non-empty bytes; the factories take no salt shorter than
+  12 bytes (scramp's floor, below which the SCRAM server would refuse the credential; Kafka's tools make
+  about 26). The keys are as long as the mechanism's
   digest when made here; a parsed credential is not tied to a mechanism (Kafka's storage string does not
   name one), so a credential filed under the wrong mechanism simply never authenticates.
 - Passwords are hashed as their UTF-8 bytes with no SASLprep, as Kafka's ScramFormatter does, so a
@@ -61,6 +63,8 @@ MAX_ITERATIONS: Final = 16384
 DEFAULT_ITERATIONS: Final = 4096
 #: Bytes of a random salt made by ``from_password`` (Kafka makes about 26 printable ones).
 SALT_BYTES: Final = 24
+#: The shortest salt the factories take: scramp's (and RFC 5802's advice); Kafka's own tools make longer ones.
+MIN_SALT_BYTES: Final = 12
 
 _FIELDS: Final = ("salt", "stored_key", "server_key", "iterations")
 
@@ -123,13 +127,15 @@ class ScramCredential:
     ) -> ScramCredential:
         """The credential an AlterUserScramCredentials upsertion describes.
 
-        Raises ``ScramCredentialError`` for an unknown mechanism, an empty salt or salted password, or
+        Raises ``ScramCredentialError`` for an unknown mechanism, a salt under 12 bytes, an empty salted password, or
         iterations outside ``[MIN_ITERATIONS, MAX_ITERATIONS]``.
         """
         hf = scram_hash(mechanism)
         _check_iterations(iterations, upper=True)
         if not salted_password:
             raise ScramCredentialError("salted_password is empty")
+        if len(salt) < MIN_SALT_BYTES:
+            raise ScramCredentialError(f"salt is {len(salt)} bytes; at least {MIN_SALT_BYTES} are needed")
         client_key = hmac(hf, salted_password, b"Client Key")
         return cls(
             salt=bytes(salt),
