@@ -425,9 +425,11 @@ def clean(task: CleanTask, *, compiled: bool = True) -> CleanResult:
     if compiled:
         from odradek.storage.cleaner import compiled_pass  # numba: imported by workers only
 
-        offset_map: KeyOffsets = compiled_pass.offset_map(task.memory_bytes, task.load_factor)
-        end = compiled_pass.build_offset_map(task, offset_map, aborted, stats, throttle)
-        write_group = compiled_pass.write_group
+        compiled_map = compiled_pass.offset_map(task.memory_bytes, task.load_factor)
+        run = compiled_pass.CompiledPass(task, compiled_map, aborted, stats, throttle)
+        offset_map: KeyOffsets = compiled_map
+        end = run.build_offset_map()
+        write_group = run.write_group
     else:
         offset_map = _offset_map(task.memory_bytes, task.load_factor)
         end = build_offset_map(task, offset_map, aborted, stats, throttle)

@@ -1,33 +1,35 @@
 """A pass's two loops (map the dirty part, rewrite the groups) run by the compiled kernel, in a worker process.
 
-``clean.clean`` calls ``build_offset_map`` and ``write_group`` from here unless told to run the reference code
-alone. Per segment, the file's first ``size`` bytes are mmapped and handed to ``kernel`` as a numpy array, a window
-of ``WINDOW_BYTES`` per call (thousands of batches, not one call per batch). Python's work per *batch* is one
-``crc32c`` call for each batch read (the library's hardware CRC-32C; the kernel lists the spans), one for each
-batch rebuilt, and the header of each batch written (``LogSegment.append`` indexes the cleaned segment); Python
-does nothing per *record* of an uncompressed data batch. Each batch the kernel leaves (see ``kernel``'s
-statuses) goes to the reference code of ``clean.py`` — ``map_batch``, ``_Rewriter.batch`` — over the same map,
-so every rule has one implementation and the compiled path writes the same bytes as the reference.
+``clean.clean`` runs a ``CompiledPass`` unless told to run the reference code alone. Each segment is read with
+``pread`` into one reusable buffer, ``CHUNK_BYTES`` at a time, and each chunk goes to ``kernel`` in one call
+(thousands of batches, not one call per batch; reading into a warm buffer costs less than faulting in and
+dropping mmapped pages). Python's work per *batch* is one ``crc32c`` call for each batch read (the library's
+hardware CRC-32C over the spans the kernel lists), one for each batch rebuilt, and the header of each batch
+written (``LogSegment.append`` indexes the cleaned segment); Python does nothing per *record* of an uncompressed
+data batch. Each batch the kernel leaves (see ``kernel``'s statuses) goes to the reference code of ``clean.py`` —
+``map_batch``, ``_Rewriter.batch`` — over the same map, so every rule has one implementation and the compiled
+path writes the same bytes as the reference.
 
 Invariants:
-- Every batch read is CRC-checked before the pass uses what the kernel did with it (a mismatch raises
-  ``CorruptRecordError`` through ``batch.check_batch``; the pass is then thrown away).
-- A segment file shorter than its summary's size, or empty, is read by the reference reader (which raises where
-  the reference raises).
-- Memory: the offset map (``key_table``), at most ``WINDOW_BYTES`` plus one batch of mapped file pages (pages
-  behind the kernel are dropped from the process with ``MADV_DONTNEED``; the page cache keeps them), one output
-  buffer of ``io_buffer_bytes`` (larger only for a larger batch), and small span and scratch arrays.
+- Every batch is CRC-checked before the pass uses what the kernel did with it, once per pass: the map pass
+  checks what it reads; the rewrite pass checks what the map pass did not read (the clean part, the rest of the
+  segment where the map ended). The segments below the first uncleanable offset are never written, so a batch
+  checked by the map pass is the same bytes when it is rewritten. A mismatch raises ``CorruptRecordError``
+  through ``batch.check_batch``; the pass is thrown away.
+- A segment file shorter than its summary's size is read by the reference reader, and a batch whose header is
+  damaged by the reference reader from that batch on: either raises where the reference raises.
+- Memory: the offset map (``key_table``), one read buffer (``CHUNK_BYTES``, larger only for a larger batch),
+  one output buffer (``io_buffer_bytes``, idem), and small span and scratch arrays.
 - numba compiles the kernel on first use and caches it beside the modules (``cache=True``); ``warm_up`` loads it
   at a worker's start so that the first pass pays nothing.
 """
 
 from __future__ import annotations
 
-import mmap
 import os
 import struct
+from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
 
 import numpy as np
 from crc32c import crc32c
@@ -45,13 +47,12 @@ from odradek.storage.cleaner.clean import (
     _Rewriter,
     map_batch,
 )
-from odradek.storage.cleaner.key_table import CompiledOffsetMap, table_get, table_put
+from odradek.storage.cleaner.key_table import CompiledOffsetMap, latest_offsets, table_get, table_put
 from odradek.storage.cleaner.planning import SegmentSummary
 from odradek.storage.segment import LOG_SUFFIX, segment_name
 
-WINDOW_BYTES = 4 * 1024 * 1024  # of a segment per kernel call (mapped pages are dropped behind it)
+CHUNK_BYTES = 1024 * 1024  # of a segment read per kernel call
 SPAN_ROWS = 4096  # batches a kernel call reads before the caller checks their CRCs
-_PAGE = mmap.PAGESIZE
 _CRC = struct.Struct(">I")
 
 _MAPS: dict[tuple[int, float], CompiledOffsetMap] = {}
@@ -70,9 +71,10 @@ def offset_map(memory_bytes: int, load_factor: float) -> CompiledOffsetMap:
 
 
 class _Work:
-    """The kernel's arrays for one pass: record scratch, span list, counters (grown on demand)."""
+    """The kernel's arrays for one pass: read buffer, record scratch, span list, counters (grown on demand)."""
 
     def __init__(self) -> None:
+        self.read = np.empty(CHUNK_BYTES, np.uint8)
         self.scratch = np.zeros((1024, k.SCRATCH_COLUMNS), np.int64)
         self.spans = np.zeros((SPAN_ROWS, 3), np.int64)
         self.counters = np.zeros(k.N_COUNTERS, np.int64)
@@ -80,110 +82,78 @@ class _Work:
     def grow_scratch(self, rows: int) -> None:
         self.scratch = np.zeros((max(rows, 2 * self.scratch.shape[0]), k.SCRATCH_COLUMNS), np.int64)
 
-    def check_crcs(self, buf: np.ndarray, n: int) -> None:
-        """CRC-32C of the ``n`` batches the kernel listed; the reference's error for a damaged one."""
+    def check_crcs(self, n: int, from_pos: int) -> None:
+        """CRC-32C of the batches the kernel listed that end after ``from_pos`` (in the read buffer); the
+        reference's error for a damaged one."""
+        buf = self.read
         for pos, size, stored in self.spans[:n].tolist():
-            if crc32c(buf[pos + rb.ATTRIBUTES_AT : pos + size]) != stored:
+            if pos + size > from_pos and crc32c(buf[pos + rb.ATTRIBUTES_AT : pos + size]) != stored:
                 rb.check_batch(buf, pos, available=size)
 
 
-class _Segment:
-    """The first ``size`` bytes of a segment file, mmapped read-only as a numpy array (``buf``; None when the
-    file is empty or shorter: the caller then reads it with the reference reader)."""
-
-    def __init__(self, path: Path, size: int) -> None:
-        self.path = path
-        self.size = size
-        self.file = open(path, "rb", buffering=0)
-        self.map: mmap.mmap | None = None
-        self.buf: np.ndarray | None = None
-        self.released = 0
-        if size > 0 and os.fstat(self.file.fileno()).st_size >= size:
-            self.map = mmap.mmap(self.file.fileno(), size, prot=mmap.PROT_READ)
-            self.buf = np.frombuffer(self.map, np.uint8)
-
-    def __enter__(self) -> _Segment:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
-        self.buf = None
-        if self.map is not None:
-            try:
-                self.map.close()
-            except BufferError:  # an exception's frames still view it: unmapped when they go
-                pass
-        self.file.close()
-
-    def release(self, pos: int) -> None:
-        """Drop the mapped pages before ``pos`` from this process."""
-        assert self.map is not None
-        upto = pos - pos % _PAGE
-        if upto > self.released:
-            self.map.madvise(mmap.MADV_DONTNEED, self.released, upto - self.released)
-            self.released = upto
-
-    def batch_at(self, pos: int, status: int, task: CleanTask, throttle: Throttler) -> tuple[bytes, rb.BatchHeader]:
-        """The batch at ``pos`` the kernel left, checked as the reference reader checks it (which raises for a
-        damaged one)."""
-        assert self.buf is not None
-        if status == k.STRUCTURE:
-            return next(_batches(self.path, self.size, task.io_buffer_bytes, throttle, start=pos))
-        whole = rb.read_prefix(self.buf, pos)[1] + rb.LOG_OVERHEAD
-        raw = self.buf[pos : pos + whole].tobytes()
-        return raw, rb.check_batch(raw, 0, available=whole)
+# A kernel call over the read buffer: (buffer, position, bytes in it, position in the file of its byte 0) ->
+# (status, position it stopped at, spans listed, MAP_DONE / MAP_FULL offset).
+_Step = Callable[[np.ndarray, int, int, int], tuple[int, int, int, int]]
+# A batch for the reference code: the pass's end offset if it ends there (map pass), else None.
+_Fallback = Callable[[bytes, rb.BatchHeader], "int | None"]
 
 
-def _log_path(task: CleanTask, seg: SegmentSummary) -> Path:
-    return Path(task.directory) / (segment_name(seg.base_offset) + LOG_SUFFIX)
-
-
-def build_offset_map(task: CleanTask, offset_map: CompiledOffsetMap, aborted: _Aborted, stats: CleanStats,
-                     throttle: Throttler) -> int:
-    """``clean.build_offset_map`` with the kernel: the offset the map covers up to (exclusive)."""
-    work = _Work()
-    try:
-        for seg in task.segments:
-            if seg.next_offset <= task.first_dirty:
-                continue
-            end = _map_segment(task, seg, offset_map, aborted, stats, throttle, work)
-            if end is not None:
-                return end
-        return task.first_uncleanable
-    finally:
-        stats.map_bytes_read += int(work.counters[k.MAP_BYTES_READ])
-        stats.map_records += int(work.counters[k.MAP_RECORDS])
-
-
-def _map_segment(task: CleanTask, seg: SegmentSummary, offset_map: CompiledOffsetMap, aborted: _Aborted,
-                 stats: CleanStats, throttle: Throttler, work: _Work) -> int | None:
-    path = _log_path(task, seg)
-    with _Segment(path, seg.size) as s:
-        if s.buf is None:
-            for raw, h in _batches(path, seg.size, task.io_buffer_bytes, throttle):
-                end = map_batch(task, raw, h, offset_map, aborted, stats)
+def _scan(task: CleanTask, seg: SegmentSummary, work: _Work, throttle: Throttler, step: _Step, fallback: _Fallback,
+          checked: int = 0, on_full: Callable[[int], None] | None = None) -> tuple[int | None, int]:
+    """Run ``step`` over the segment's first ``seg.size`` bytes, chunk by chunk, and ``fallback`` on each batch it
+    leaves; CRC-check the batches listed past byte ``checked`` of the file. Returns (the offset the map pass ends
+    at, or None; the file position read and checked up to)."""
+    path = Path(task.directory) / (segment_name(seg.base_offset) + LOG_SUFFIX)
+    size = seg.size
+    with open(path, "rb", buffering=0) as f:
+        fd = f.fileno()
+        if os.fstat(fd).st_size < size:  # the reference reader raises where the file ends
+            for raw, h in _batches(path, size, task.io_buffer_bytes, throttle):
+                end = fallback(raw, h)
                 if end is not None:
-                    return end
-            return None
-        pos = 0
-        while pos < seg.size:
-            status, after, n, value = k.map_batches(
-                s.buf, pos, seg.size, min(seg.size, pos + WINDOW_BYTES), task.first_dirty, task.first_uncleanable,
-                offset_map.table, work.scratch, work.spans, work.counters)
-            work.check_crcs(s.buf, n)
-            throttle.account(after - pos)
+                    return end, size
+            return None, size
+        start = pos = avail = 0  # file position of the buffer's byte 0; position in it; bytes in it
+        while start + pos < size:
+            if pos == avail:
+                start += pos
+                pos = 0
+                avail = os.preadv(fd, [memoryview(work.read)[: min(len(work.read), size - start)]], start)
+                throttle.account(avail)
+            status, after, n, value = step(work.read, pos, avail, start)
+            work.check_crcs(n, checked - start)
             pos = after
-            s.release(pos)
             if status == k.MAP_DONE or status == k.MAP_FULL:
-                return int(value)
+                return value, start + pos
             if status == k.NEED_SCRATCH:
-                work.grow_scratch(value)
-            elif status == k.FALLBACK or status == k.STRUCTURE:
-                raw, h = s.batch_at(pos, status, task, throttle)
-                pos += h.size
-                end = map_batch(task, raw, h, offset_map, aborted, stats)
+                work.grow_scratch(rb.parse_header(work.read, pos).record_count)
+            elif status == k.LISTS_FULL:
+                assert on_full is not None
+                on_full(rb.read_prefix(work.read, pos)[1] + rb.LOG_OVERHEAD)
+            elif status == k.STRUCTURE:
+                header_cut = pos + rb.HEADER_SIZE > avail
+                whole = 0 if header_cut else rb.read_prefix(work.read, pos)[1] + rb.LOG_OVERHEAD
+                batch_cut = rb.HEADER_SIZE <= whole <= size - start - pos and pos + whole > avail
+                if start + avail < size and (header_cut or batch_cut):  # cut by the chunk's end: read from it
+                    if whole > len(work.read):  # a batch larger than the buffer
+                        work.read = np.empty(whole, np.uint8)
+                    start += pos
+                    pos = avail = 0
+                    continue
+                raw, h = next(_batches(path, size, task.io_buffer_bytes, throttle, start=start + pos))
+                start += pos + h.size
+                pos = avail = 0
+                end = fallback(raw, h)
                 if end is not None:
-                    return end
-    return None
+                    return end, start
+            elif status == k.FALLBACK:
+                whole = rb.read_prefix(work.read, pos)[1] + rb.LOG_OVERHEAD
+                raw = work.read[pos : pos + whole].tobytes()
+                pos += whole
+                end = fallback(raw, rb.check_batch(raw, 0, available=whole))
+                if end is not None:
+                    return end, start + pos
+    return None, size
 
 
 class _Output:
@@ -219,7 +189,7 @@ class _Output:
         self.pos += len(data)
 
     def fit(self, size: int) -> None:
-        """Room for one batch of ``size`` bytes in an empty buffer."""
+        """Room for a batch of ``size`` bytes in an empty buffer."""
         if size > len(self.buf):
             self._allocate(size)
 
@@ -230,71 +200,88 @@ class _Output:
             self.headers = []
 
 
-def write_group(task: CleanTask, group: list[SegmentSummary], rewriter: _Rewriter, scratch: Path,
-                throttle: Throttler) -> CleanedSegment:
-    """``clean._write_group`` with the kernel."""
-    writer = GroupWriter(task, group, scratch, rewriter.stats, throttle)
-    out = _Output(max(task.io_buffer_bytes, 64 * 1024))
-    work = _Work()
-    assert isinstance(rewriter.map, CompiledOffsetMap)
-    last_offsets = np.array(sorted(set(task.producer_last_offsets.values())), np.int64)
-    try:
-        for seg in group:
-            _rewrite_segment(task, seg, rewriter, writer, out, work, last_offsets, throttle)
-        out.flush(writer)
-        return writer.finish()
-    finally:
-        writer.close()
-        stats = rewriter.stats
-        c = work.counters
-        stats.bytes_read += int(c[k.BYTES_READ])
-        stats.records_read += int(c[k.RECORDS_READ])
-        stats.records_kept += int(c[k.RECORDS_KEPT])
-        stats.tombstones_removed += int(c[k.TOMBSTONES_REMOVED])
-        stats.keyless_removed += int(c[k.KEYLESS_REMOVED])
+class CompiledPass:
+    """The two loops of one pass with the kernel (``clean.build_offset_map`` and ``clean._write_group``'s)."""
 
+    def __init__(self, task: CleanTask, offset_map: CompiledOffsetMap, aborted: _Aborted, stats: CleanStats,
+                 throttle: Throttler) -> None:
+        self.task = task
+        self.map = offset_map
+        self.aborted = aborted
+        self.stats = stats
+        self.throttle = throttle
+        self.work = _Work()
+        self.checked: dict[int, int] = {}  # segment base offset -> bytes of it the map pass CRC-checked
+        self.latest = np.zeros(0, np.int64)
+        self.last_offsets = np.array(sorted(set(task.producer_last_offsets.values())), np.int64)
 
-def _rewrite_segment(task: CleanTask, seg: SegmentSummary, rewriter: _Rewriter, writer: GroupWriter, out: _Output,
-                     work: _Work, last_offsets: np.ndarray, throttle: Throttler) -> None:
-    path = _log_path(task, seg)
-    offset_map = rewriter.map
-    assert isinstance(offset_map, CompiledOffsetMap)
-    with _Segment(path, seg.size) as s:
-        if s.buf is None:
-            for raw, h in _batches(path, seg.size, task.io_buffer_bytes, throttle):
-                _rewrite_one(raw, h, rewriter, writer, out)
-            return
-        mapped_to = offset_map.latest_offset
-        pos = 0
-        while pos < seg.size:
-            status, after, n, m, out_pos = k.rewrite_batches(
-                s.buf, pos, seg.size, min(seg.size, pos + WINDOW_BYTES), mapped_to, task.now_ms, last_offsets,
-                offset_map.table, work.scratch, work.spans, out.buf, out.pos, out.batches, work.counters)
-            work.check_crcs(s.buf, n)
-            out.took(m, out_pos)
-            throttle.account(after - pos)
-            pos = after
-            s.release(pos)
-            if status == k.LISTS_FULL:
-                out.flush(writer)
-                out.fit(rb.read_prefix(s.buf, pos)[1] + rb.LOG_OVERHEAD)
-            elif status == k.NEED_SCRATCH:
-                work.grow_scratch(rb.parse_header(s.buf, pos).record_count)
-            elif status == k.FALLBACK or status == k.STRUCTURE:
-                raw, h = s.batch_at(pos, status, task, throttle)
-                pos += h.size
-                _rewrite_one(raw, h, rewriter, writer, out)
+    def build_offset_map(self) -> int:
+        """Map the dirty part; the offset the map covers up to (exclusive)."""
+        task, work, table = self.task, self.work, self.map.table
 
+        def step(buf: np.ndarray, pos: int, avail: int, start: int) -> tuple[int, int, int, int]:
+            return k.map_batches(buf, pos, avail, avail, task.first_dirty, task.first_uncleanable, table,
+                                 work.scratch, work.spans, work.counters)
 
-def _rewrite_one(raw: bytes, h: rb.BatchHeader, rewriter: _Rewriter, writer: GroupWriter, out: _Output) -> None:
-    """One batch through the reference rules."""
-    rewriter.stats.bytes_read += h.size
-    data, entry = rewriter.batch(raw, h)
-    if data is None:
-        return
-    if entry is not None:
-        writer.dest.txn_index.append(entry)
-    out.add(data, writer)
+        def fallback(raw: bytes, h: rb.BatchHeader) -> int | None:
+            return map_batch(task, raw, h, self.map, self.aborted, self.stats)
+
+        try:
+            for seg in task.segments:
+                if seg.next_offset <= task.first_dirty:
+                    continue
+                end, self.checked[seg.base_offset] = _scan(task, seg, work, self.throttle, step, fallback)
+                if end is not None:
+                    return end
+            return task.first_uncleanable
+        finally:
+            self.stats.map_bytes_read += int(work.counters[k.MAP_BYTES_READ])
+            self.stats.map_records += int(work.counters[k.MAP_RECORDS])
+            self.latest = latest_offsets(table)
+
+    def write_group(self, task: CleanTask, group: list[SegmentSummary], rewriter: _Rewriter, scratch: Path,
+                    throttle: Throttler) -> CleanedSegment:
+        """Rewrite one group into its cleaned segment."""
+        writer = GroupWriter(task, group, scratch, self.stats, throttle)
+        out = _Output(max(task.io_buffer_bytes, 64 * 1024))
+        work, table, latest, last_offsets = self.work, self.map.table, self.latest, self.last_offsets
+        mapped_to = self.map.latest_offset
+        counters = work.counters
+        before = counters.copy()
+
+        def step(buf: np.ndarray, pos: int, avail: int, start: int) -> tuple[int, int, int, int]:
+            status, after, n, m, out.pos = k.rewrite_batches(
+                buf, pos, avail, avail, task.first_dirty, mapped_to, latest, task.now_ms, last_offsets, table,
+                work.scratch, work.spans, out.buf, out.pos, out.batches, counters)
+            out.took(m, out.pos)
+            return status, after, n, 0
+
+        def fallback(raw: bytes, h: rb.BatchHeader) -> None:
+            self.stats.bytes_read += h.size
+            data, entry = rewriter.batch(raw, h)
+            if data is not None:
+                if entry is not None:
+                    writer.dest.txn_index.append(entry)
+                out.add(data, writer)
+
+        def on_full(batch_size: int) -> None:  # the output buffer or its lists: write them out
+            out.flush(writer)
+            out.fit(batch_size)
+
+        try:
+            for seg in group:
+                _scan(task, seg, work, throttle, step, fallback, self.checked.get(seg.base_offset, 0), on_full)
+            out.flush(writer)
+            return writer.finish()
+        finally:
+            writer.close()
+            done = counters - before
+            stats = self.stats
+            stats.bytes_read += int(done[k.BYTES_READ])
+            stats.records_read += int(done[k.RECORDS_READ])
+            stats.records_kept += int(done[k.RECORDS_KEPT])
+            stats.tombstones_removed += int(done[k.TOMBSTONES_REMOVED])
+            stats.keyless_removed += int(done[k.KEYLESS_REMOVED])
 
 
 def warm_up() -> None:
@@ -306,7 +293,7 @@ def warm_up() -> None:
     m.clear()
     work = _Work()
     out = _Output(1024)
-    buf = np.frombuffer(bytes(rb.HEADER_SIZE), np.uint8)
-    k.map_batches(buf, 0, 0, 0, 0, 0, m.table, work.scratch, work.spans, work.counters)
-    k.rewrite_batches(buf, 0, 0, 0, -1, 0, np.zeros(0, np.int64), m.table, work.scratch, work.spans, out.buf, 0,
+    none = np.zeros(0, np.int64)
+    k.map_batches(work.read, 0, 0, 0, 0, 0, m.table, work.scratch, work.spans, work.counters)
+    k.rewrite_batches(work.read, 0, 0, 0, 0, -1, none, 0, none, m.table, work.scratch, work.spans, out.buf, 0,
                       out.batches, work.counters)

@@ -202,13 +202,19 @@ def map_batches(buf: np.ndarray, pos: int, size: int, limit: int, first_dirty: i
 
 
 @njit(cache=True, nogil=True)
-def rewrite_batches(buf: np.ndarray, pos: int, size: int, limit: int, mapped_to: int, now_ms: int,
-                    last_offsets: np.ndarray, t: KeyTable, scr: np.ndarray, spans: np.ndarray, out: np.ndarray,
-                    out_pos: int, out_batches: np.ndarray, counters: np.ndarray) -> tuple[int, int, int, int, int]:
+def rewrite_batches(buf: np.ndarray, pos: int, size: int, limit: int, first_dirty: int, mapped_to: int,
+                    latest: np.ndarray, now_ms: int, last_offsets: np.ndarray, t: KeyTable, scr: np.ndarray,
+                    spans: np.ndarray, out: np.ndarray, out_pos: int, out_batches: np.ndarray,
+                    counters: np.ndarray) -> tuple[int, int, int, int, int]:
     """Rewrite pass over ``buf[pos:size]`` into ``out[out_pos:]``: (status, position, spans listed, output batches
     listed, output position). ``out_batches`` rows: (position in ``out``, size, 1 if rebuilt: its CRC is to
-    compute).
-    ``last_offsets``: sorted last offsets of the producers' last batches (those go to the reference)."""
+    compute). ``last_offsets``: sorted last offsets of the producers' last batches (those go to the reference).
+
+    A keyed record is superseded when its offset is below its key's in the map. In the mapped part
+    ``[first_dirty, mapped_to]`` every keyed record of a batch the kernel takes was put in the map (in offset
+    order, until the map's last offset), so there the test needs no key at all: the record stays iff its offset
+    is one of the map's (``latest``, sorted), found by walking ``latest`` along with the records. Records below
+    ``first_dirty`` are looked up by key."""
     n = 0
     m = 0
     while pos < limit:
@@ -240,16 +246,27 @@ def rewrite_batches(buf: np.ndarray, pos: int, size: int, limit: int, mapped_to:
         tombstones = 0
         kept_tombstone = False
         max_delta = np.int64(0)
+        j = -1  # where the last record's offset is in ``latest``
+        previous = np.int64(-1)
         for i in range(count):
             keep = 1
-            if base + scr[i, OFFSET_DELTA] <= mapped_to:  # past what was mapped: kept as it is
+            offset = base + scr[i, OFFSET_DELTA]
+            if offset <= mapped_to:  # past what was mapped: kept as it is
                 key_len = scr[i, KEY_LEN]
                 if key_len < 0:
                     keyless += 1
                     keep = 0
-                elif base + scr[i, OFFSET_DELTA] < table_get(t, buf, scr[i, KEY_AT], key_len):
+                elif offset >= first_dirty:
+                    if j < 0 or offset < previous:
+                        j = np.searchsorted(latest, offset)
+                    while j < latest.shape[0] and latest[j] < offset:
+                        j += 1
+                    previous = offset
+                    if j == latest.shape[0] or latest[j] != offset:
+                        keep = 0
+                elif offset < table_get(t, buf, scr[i, KEY_AT], key_len):
                     keep = 0
-                elif expired and scr[i, HAS_VALUE] == 0:
+                if keep and expired and scr[i, HAS_VALUE] == 0:
                     tombstones += 1
                     keep = 0
             scr[i, KEEP] = keep

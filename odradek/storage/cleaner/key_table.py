@@ -4,14 +4,17 @@ Kafka's ``SkimpyOffsetMap`` holds 16-byte MD5 digests and offsets in one preallo
 (a collision would drop a record that should stay; Kafka argues its odds away). This table stores the keys
 themselves, so no collision can ever lose a record: a lookup matches a 64-bit hash *and* the key's bytes.
 
-Layout (numpy arrays, allocated once per buffer size and reused by every pass of a worker):
+Layout (numpy arrays, allocated once per buffer size and reused by every pass of a worker; ``np.zeros`` pages
+cost no memory until touched):
 
-- ``slot_hash`` (uint64) and ``slot_entry`` (int32, entry number + 1, 0 = empty): the probe sequence, linear
-  probing from ``hash & (slots - 1)``; ``slots`` is the power of two >= 1.5 x the most entries the budget allows,
-  so probes stay short (load <= 2/3).
-- ``entry_offset``, ``entry_key_at``, ``entry_key_len``: one row per key, in insertion order.
+- ``slots`` (int64 rows of hash, entry number + 1; 0 = empty): linear probing from ``hash & (active - 1)``.
+  ``active`` starts at ``INITIAL_SLOTS`` and doubles (every entry re-placed) before the load passes 1/2, so a
+  small map stays small and cache-resident; it never exceeds the array, sized for the most entries the budget
+  allows.
+- ``entries`` (int64 rows of offset, key position in the arena, key length, hash): one per key, in insertion
+  order.
 - ``arena``: the keys' bytes, appended.
-- ``meta``: count, charged bytes, latest offset, arena bytes used, capacity, most entries.
+- ``meta``: count, charged bytes, latest offset, arena bytes used, capacity, most entries, active slots.
 
 Invariants (the same as ``offset_map.OffsetMap``'s, so the compiled and the reference cleaner stop a pass at the
 same record and write the same files):
@@ -20,11 +23,11 @@ same record and write the same files):
   load_factor``; a ``put`` of a new key that does not fit returns False and changes nothing.
 - ``put`` of a key already present replaces its offset only with a larger one; ``latest_offset`` is the largest
   offset put (-1 when empty).
-- Memory: what a pass touches is at most the charged bytes (an entry really costs 20 bytes of row + its key's
-  bytes, below the 128 + key charged) plus the slot arrays (12 bytes x slots, about 0.14 x capacity); arrays come
-  from ``np.zeros`` (untouched pages cost nothing), so a small log touches little of them.
+- Memory: an entry costs 32 bytes of row, its key's bytes and at most 64 bytes of slots (active slots <= 4 x
+  entries, 16 bytes each), less than the 128 + key bytes it is charged: the bytes a pass touches stay within the
+  charged bytes, hence within the buffer.
 
-Hash: FNV-1a over the key's bytes, then a multiply-xorshift finaliser so that the low bits (the slot) depend on
+Hash: 8 bytes of key at a time, multiply-xorshift, then a finaliser so that the low bits (the slot) depend on
 every byte. It is not keyed: keys crafted to collide slow probing down but never change what is kept.
 """
 
@@ -37,23 +40,22 @@ from numba import njit
 
 from odradek.storage.cleaner.offset_map import ENTRY_OVERHEAD
 
-COUNT, CHARGED, LATEST, ARENA_USED, CAPACITY, MAX_ENTRIES = range(6)
+COUNT, CHARGED, LATEST, ARENA_USED, CAPACITY, MAX_ENTRIES, ACTIVE = range(7)
+OFFSET, KEY_AT, KEY_LEN, HASH = range(4)  # entries' columns
+INITIAL_SLOTS = 1024
 
-_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
-_FNV_PRIME = np.uint64(0x100000001B3)
-_MIX1 = np.uint64(0xFF51AFD7ED558CCD)
-_MIX2 = np.uint64(0xC4CEB9FE1A85EC53)
-_S33 = np.uint64(33)
+_K0 = np.uint64(0x9E3779B97F4A7C15)
+_K1 = np.uint64(0xD6E8FEB86659FD93)
+_K2 = np.uint64(0xFF51AFD7ED558CCD)
+_S29 = np.uint64(29)
+_S32 = np.uint64(32)
 
 
 class KeyTable(NamedTuple):
-    slot_hash: np.ndarray  # uint64[slots]
-    slot_entry: np.ndarray  # int32[slots]: entry number + 1, 0 = empty
-    entry_offset: np.ndarray  # int64[max_entries]
-    entry_key_at: np.ndarray  # int64[max_entries]: where the key's bytes start in the arena
-    entry_key_len: np.ndarray  # int32[max_entries]
+    slots: np.ndarray  # int64[max slots, 2]: hash, entry number + 1 (0 = empty)
+    entries: np.ndarray  # int64[max entries, 4]: OFFSET, KEY_AT, KEY_LEN, HASH
     arena: np.ndarray  # uint8[capacity]
-    meta: np.ndarray  # int64[6]: COUNT, CHARGED, LATEST, ARENA_USED, CAPACITY, MAX_ENTRIES
+    meta: np.ndarray  # int64[7]: COUNT, CHARGED, LATEST, ARENA_USED, CAPACITY, MAX_ENTRIES, ACTIVE
 
 
 def new_table(memory_bytes: int, load_factor: float) -> KeyTable:
@@ -65,97 +67,122 @@ def new_table(memory_bytes: int, load_factor: float) -> KeyTable:
         raise ValueError(f"log.cleaner.io.buffer.load.factor must be in (0, 1], got {load_factor}")
     capacity = max(ENTRY_OVERHEAD, int(memory_bytes * load_factor))
     max_entries = capacity // ENTRY_OVERHEAD
-    slots = 1
-    while slots < max_entries * 3 // 2 + 1:
+    slots = INITIAL_SLOTS
+    while slots < 2 * max_entries + 2:
         slots *= 2
-    meta = np.zeros(6, dtype=np.int64)
+    meta = np.zeros(7, dtype=np.int64)
     meta[LATEST] = -1
     meta[CAPACITY] = capacity
     meta[MAX_ENTRIES] = max_entries
-    return KeyTable(np.zeros(slots, np.uint64), np.zeros(slots, np.int32), np.zeros(max_entries, np.int64),
-                    np.zeros(max_entries, np.int64), np.zeros(max_entries, np.int32),
+    meta[ACTIVE] = INITIAL_SLOTS
+    return KeyTable(np.zeros((slots, 2), np.int64), np.zeros((max_entries, 4), np.int64),
                     np.zeros(capacity, np.uint8), meta)
 
 
-def clear_table(t: KeyTable) -> None:
-    """Empty the table (only the slots in use are touched)."""
-    _clear(t)
-
-
 @njit(cache=True, nogil=True)
-def _clear(t: KeyTable) -> None:
-    mask = np.uint64(t.slot_hash.shape[0] - 1)
-    for e in range(t.meta[COUNT]):
-        i = _hash(t.arena, t.entry_key_at[e], t.entry_key_len[e]) & mask
-        while t.slot_entry[i] != 0:  # the entry's slot is on its probe path: clear the path's run of it
-            t.slot_entry[i] = 0
-            i = (i + np.uint64(1)) & mask
+def clear_table(t: KeyTable) -> None:
+    """Empty the table (only the active slots are touched)."""
+    t.slots[: t.meta[ACTIVE], 1] = 0
     t.meta[COUNT] = 0
     t.meta[CHARGED] = 0
     t.meta[LATEST] = -1
     t.meta[ARENA_USED] = 0
+    t.meta[ACTIVE] = INITIAL_SLOTS
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _word(buf: np.ndarray, at: int, n: int) -> np.uint64:
+    """``n`` <= 8 bytes at ``at``, little-endian."""
+    w = np.uint64(0)
+    for j in range(n):
+        w |= np.uint64(buf[at + j]) << np.uint64(8 * j)
+    return w
 
 
 @njit(cache=True, nogil=True, inline="always")
 def _hash(buf: np.ndarray, at: int, n: int) -> np.uint64:
-    h = _FNV_OFFSET
-    for i in range(at, at + n):
-        h = (h ^ np.uint64(buf[i])) * _FNV_PRIME
-    h ^= h >> _S33
-    h *= _MIX1
-    h ^= h >> _S33
-    h *= _MIX2
-    h ^= h >> _S33
+    h = np.uint64(n) * _K0
+    i = 0
+    while i < n:
+        h = (h ^ _word(buf, at + i, min(8, n - i))) * _K1
+        h ^= h >> _S29
+        i += 8
+    h *= _K2
+    h ^= h >> _S32
     return h
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _find(t: KeyTable, buf: np.ndarray, at: int, n: int, h: np.uint64) -> tuple[np.uint64, int]:
-    """(slot, entry) of the key ``buf[at:at+n]``: its entry number, or -1 with the empty slot that ends its
-    probe path."""
-    mask = np.uint64(t.slot_hash.shape[0] - 1)
-    i = h & mask
+def _find(t: KeyTable, buf: np.ndarray, at: int, n: int, h: np.int64) -> tuple[int, int]:
+    """(slot, entry) of the key ``buf[at:at+n]`` whose hash is ``h``: its entry number, or -1 with the empty slot
+    that ends its probe path."""
+    mask = t.meta[ACTIVE] - 1
+    i = np.int64(np.uint64(h) & np.uint64(mask))
+    slots = t.slots
+    entries = t.entries
+    arena = t.arena
     while True:
-        e = t.slot_entry[i] - 1
+        e = slots[i, 1] - 1
         if e < 0:
             return i, -1
-        if t.slot_hash[i] == h and t.entry_key_len[e] == n:
-            k = t.entry_key_at[e]
+        if slots[i, 0] == h and entries[e, KEY_LEN] == n:
+            k = entries[e, KEY_AT]
             same = True
             for j in range(n):
-                if t.arena[k + j] != buf[at + j]:
+                if arena[k + j] != buf[at + j]:
                     same = False
                     break
             if same:
                 return i, e
-        i = (i + np.uint64(1)) & mask
+        i = (i + 1) & mask
+
+
+@njit(cache=True, nogil=True)
+def _grow(t: KeyTable) -> None:
+    """Double the active slots and place every entry again."""
+    active = t.meta[ACTIVE] * 2
+    t.meta[ACTIVE] = active
+    slots = t.slots
+    slots[:active, 1] = 0
+    mask = active - 1
+    for e in range(t.meta[COUNT]):
+        h = t.entries[e, HASH]
+        i = np.int64(np.uint64(h) & np.uint64(mask))
+        while slots[i, 1] != 0:
+            i = (i + 1) & mask
+        slots[i, 0] = h
+        slots[i, 1] = e + 1
 
 
 @njit(cache=True, nogil=True)
 def table_put(t: KeyTable, buf: np.ndarray, at: int, n: int, offset: int) -> bool:
     """Map the key ``buf[at:at+n]`` to ``offset``; False (nothing changed) if it is new and does not fit."""
     meta = t.meta
-    h = _hash(buf, at, n)
+    h = np.int64(_hash(buf, at, n))
     slot, e = _find(t, buf, at, n, h)
     if e < 0:
         cost = n + ENTRY_OVERHEAD
         if meta[CHARGED] + cost > meta[CAPACITY] or meta[COUNT] >= meta[MAX_ENTRIES]:
             return False
+        if 2 * (meta[COUNT] + 1) > meta[ACTIVE]:
+            _grow(t)
+            slot, e = _find(t, buf, at, n, h)
         e = meta[COUNT]
         k = meta[ARENA_USED]
         t.arena[k : k + n] = buf[at : at + n]
-        t.entry_key_at[e] = k
-        t.entry_key_len[e] = n
-        t.entry_offset[e] = offset
-        t.slot_hash[slot] = h
-        t.slot_entry[slot] = e + 1
+        t.entries[e, OFFSET] = offset
+        t.entries[e, KEY_AT] = k
+        t.entries[e, KEY_LEN] = n
+        t.entries[e, HASH] = h
+        t.slots[slot, 0] = h
+        t.slots[slot, 1] = e + 1
         meta[COUNT] = e + 1
         meta[CHARGED] += cost
         meta[ARENA_USED] = k + n
-    elif t.entry_offset[e] >= offset:
+    elif t.entries[e, OFFSET] >= offset:
         return True
     else:
-        t.entry_offset[e] = offset
+        t.entries[e, OFFSET] = offset
     if offset > meta[LATEST]:
         meta[LATEST] = offset
     return True
@@ -164,8 +191,13 @@ def table_put(t: KeyTable, buf: np.ndarray, at: int, n: int, offset: int) -> boo
 @njit(cache=True, nogil=True)
 def table_get(t: KeyTable, buf: np.ndarray, at: int, n: int) -> int:
     """The latest offset mapped for the key ``buf[at:at+n]``, -1 if none."""
-    _, e = _find(t, buf, at, n, _hash(buf, at, n))
-    return -1 if e < 0 else t.entry_offset[e]
+    _, e = _find(t, buf, at, n, np.int64(_hash(buf, at, n)))
+    return -1 if e < 0 else t.entries[e, OFFSET]
+
+
+def latest_offsets(t: KeyTable) -> np.ndarray:
+    """Every key's latest offset, sorted (each record of the mapped part whose offset is not here was superseded)."""
+    return np.sort(t.entries[: t.meta[COUNT], OFFSET])
 
 
 class CompiledOffsetMap:
