@@ -9,8 +9,10 @@ Invariants:
   own files, exactly as before the cluster keys existed, and the replication keys (replication factors,
   ``replica.*``, ``controlled.shutdown.*``) have no effect. Set, it is ZooKeeper mode (Kafka's).
 - Listeners: every client listener has its own name and is served; its security protocol comes from
-  ``listener.security.protocol.map`` and must be PLAINTEXT. ``advertised_listeners`` holds the
-  advertised address of every listener, in ``listeners`` order (a listener not named in
+  ``listener.security.protocol.map`` (``broker/listener_security.py`` checks what each protocol needs; a
+  ``listener.name.<listener>.<key>`` names an existing listener and a key a listener may override).
+  ``advertised_listeners`` holds the advertised address of every listener, in ``listeners`` order (a listener not
+  named in
   ``advertised.listeners`` advertises itself; an unset, ``0.0.0.0`` or ``::`` host advertises
   127.0.0.1); ``advertised_host``/``advertised_port`` are the first one's, kept in step with it.
 - Cross-key rules are Kafka's: ``replica.fetch.wait.max.ms`` <= ``replica.lag.time.max.ms`` and
@@ -77,6 +79,35 @@ SECURITY_PROTOCOLS = frozenset({"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"
 INT_MAX = 2**31 - 1
 _LOG = LogConfig()
 _CLEANER = CleanerConfig()
+# TLS keys with Kafka's defaults (parsed and checked per listener by security/tls.py); JKS means "the file's own
+# format" here (Java 9+ keytool writes PKCS12 under that name).
+SSL_KEYS: tuple[tuple[str, str | None, str], ...] = (
+    ("ssl.keystore.type", "JKS", "PEM or PKCS12"),
+    ("ssl.keystore.location", None, "key store file"),
+    ("ssl.keystore.password", None, "key store password"),
+    ("ssl.key.password", None, "password of the private key"),
+    ("ssl.keystore.certificate.chain", None, "inline PEM certificate chain (ssl.keystore.type=PEM)"),
+    ("ssl.keystore.key", None, "inline PEM private key (ssl.keystore.type=PEM)"),
+    ("ssl.truststore.type", "JKS", "PEM or PKCS12"),
+    ("ssl.truststore.location", None, "trust store file"),
+    ("ssl.truststore.password", None, "trust store password"),
+    ("ssl.truststore.certificates", None, "inline PEM trusted certificates (ssl.truststore.type=PEM)"),
+    ("ssl.client.auth", "none", "client certificates: none, requested, required"),
+    ("ssl.enabled.protocols", "TLSv1.2,TLSv1.3", "TLS versions accepted"),
+    ("ssl.protocol", "TLSv1.3", "TLS protocol"),
+    ("ssl.cipher.suites", None, "cipher suites (IANA names); unset: OpenSSL's defaults"),
+    ("ssl.endpoint.identification.algorithm", "https", "check the host name of brokers connected to"),
+    ("ssl.principal.mapping.rules", "DEFAULT", "rules from a client certificate's DN to a user name"),
+)
+SSL_IGNORED_KEYS = ("ssl.keymanager.algorithm", "ssl.trustmanager.algorithm", "ssl.secure.random.implementation",
+                    "ssl.provider", "ssl.engine.factory.class", "ssl.keystore.alias")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+# Keys a listener may override as listener.name.<listener>.<key> (and <mechanism>.<key> for the SASL ones).
+LISTENER_KEYS = frozenset({*(k for k, _, _ in SSL_KEYS), *SSL_IGNORED_KEYS, "sasl.enabled.mechanisms",
+                           "sasl.jaas.config", "connections.max.reauth.ms", "sasl.server.max.receive.size"})
+MECHANISM_KEYS = frozenset({"sasl.jaas.config", "connections.max.reauth.ms"})
+LISTENER_PREFIX = "listener.name."
+
 _GROUP = GroupConfig()
 _TXN = TxnConfig()
 KEYS: dict[str, Key] = {
@@ -93,7 +124,7 @@ KEYS: dict[str, Key] = {
         _k("inter.broker.listener.name", str, None,
            "listener other brokers replicate through (default: the first of listeners)"),
         _k("listener.security.protocol.map", str, DEFAULT_SECURITY_PROTOCOL_MAP,
-           "security protocol of each listener name, NAME:PROTOCOL,... (PLAINTEXT only for now)"),
+           "security protocol of each listener name, NAME:PROTOCOL,..."),
         _k("zookeeper.connect", str, None,
            "ZooKeeper ensemble HOST:PORT[,HOST:PORT...][/CHROOT]; unset: single-node mode"),
         _k("zookeeper.session.timeout.ms", int, 18_000, "ZooKeeper session timeout"),
@@ -185,6 +216,19 @@ KEYS: dict[str, Key] = {
         _k("cluster.id", str, None, "cluster id (generated and kept in meta.properties if unset)"),
         _k("fetch.max.bytes", int, 55 * 1024 * 1024, "largest fetch response"),
         _k("max.incremental.fetch.session.cache.slots", int, 1000, "fetch sessions kept"),
+        # Security (docs/security.md); listener.name.<listener>.<key> overrides these per listener.
+        _k("security.inter.broker.protocol", str, None,
+           "security protocol between brokers (the listener of that name; or set inter.broker.listener.name)"),
+        _k("sasl.enabled.mechanisms", str, "GSSAPI",
+           "SASL mechanisms of SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (Kafka's default GSSAPI, "
+           "Kerberos, is not supported)"),
+        _k("sasl.mechanism.inter.broker.protocol", str, "GSSAPI", "SASL mechanism between brokers"),
+        _k("sasl.jaas.config", str, None, "JAAS login line (PLAIN users; the inter-broker SASL user)"),
+        _k("sasl.server.max.receive.size", int, 524288, "largest request before and during SASL authentication"),
+        _k("connections.max.reauth.ms", int, 0, "SASL session lifetime; clients re-authenticate (0: never)"),
+        _k("connection.failed.authentication.delay.ms", int, 100, "delay of the answer to a failed authentication"),
+        *(_k(key, str, default, doc) for key, default, doc in SSL_KEYS),
+        *(_k(key, str, None, "Java-specific", True) for key in SSL_IGNORED_KEYS),
         # Accepted for compatibility with Kafka's server.properties; no effect here.
         _k("process.roles", str, None, "KRaft roles", True),
         _k("controller.quorum.voters", str, None, "KRaft", True),
@@ -311,6 +355,22 @@ def parse_zookeeper_connect(value: str) -> tuple[list[tuple[str, int]], str | No
     return hosts, chroot
 
 
+def _listener_override(key: str, value: str) -> str:
+    """Check ``listener.name.<listener>.[<mechanism>.]<key>``'s shape; the listener is checked once all keys are
+    read (``BrokerConfig.listener_overrides``)."""
+    name, _, rest = key[len(LISTENER_PREFIX):].partition(".")
+    mechanism, _, mechanism_key = rest.partition(".")
+    ok = bool(name) and (rest in LISTENER_KEYS or (mechanism.upper() in SASL_MECHANISMS and mechanism_key in
+                                                   MECHANISM_KEYS))
+    if not ok:
+        raise ConfigError(
+            f"unknown config key {key!r}: a listener override is listener.name.<listener>.<key> with one of "
+            f"{', '.join(sorted(LISTENER_KEYS))}, or listener.name.<listener>.<mechanism>.sasl.jaas.config "
+            "(mechanism in lower case, e.g. listener.name.sasl_ssl.plain.sasl.jaas.config)"
+        )
+    return value
+
+
 def _advertised_host(host: str) -> str:
     return "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
 
@@ -344,12 +404,6 @@ class BrokerConfig:
                 f"listeners: no security protocol for {', '.join(unmapped)}: add "
                 f"{','.join(f'{n}:PLAINTEXT' for n in unmapped)} to listener.security.protocol.map"
             )
-        unsupported = [f"{n} ({protocols[n]})" for n in names if protocols[n] != "PLAINTEXT"]
-        if unsupported:
-            raise ConfigError(
-                f"listeners: only PLAINTEXT is supported, got {', '.join(unsupported)}: "
-                "use PLAINTEXT://HOST:PORT"
-            )
         self.listeners: list[Listener] = [Listener(lst.name, lst.host, lst.port, protocols[lst.name])
                                           for lst in listeners]
         self.listener: Listener = self.listeners[0]
@@ -372,7 +426,24 @@ class BrokerConfig:
                      lst.security_protocol)
             for lst in self.listeners
         ]
+        self.listener_overrides: dict[str, dict[str, str]] = {lst.name: {} for lst in self.listeners}
+        for key, value in values.items():
+            if key.startswith(LISTENER_PREFIX):
+                name, _, rest = key[len(LISTENER_PREFIX):].partition(".")
+                if name.upper() not in self.listener_overrides:
+                    raise ConfigError(f"{key}: there is no listener named {name.upper()} (listeners: "
+                                      f"{', '.join(self.listener_overrides)})")
+                self.listener_overrides[name.upper()][rest] = value
         inter = values["inter.broker.listener.name"]
+        inter_protocol = values["security.inter.broker.protocol"]
+        if inter and inter_protocol:
+            raise ConfigError("inter.broker.listener.name and security.inter.broker.protocol are both set: set only "
+                              "one (inter.broker.listener.name names the listener, the protocol is its map entry)")
+        if inter_protocol:
+            inter = inter_protocol.strip().upper()
+            if inter not in SECURITY_PROTOCOLS:
+                raise ConfigError(f"security.inter.broker.protocol={inter_protocol!r} is not one of "
+                                  f"{', '.join(sorted(SECURITY_PROTOCOLS))}")
         self.inter_broker_listener_name: str = inter.strip().upper() if inter else self.listener.name
         if self.inter_broker_listener_name not in named:
             raise ConfigError(
@@ -403,6 +474,7 @@ class BrokerConfig:
         self.auto_create_topics: bool = values["auto.create.topics.enable"]
         self.delete_topic_enable: bool = values["delete.topic.enable"]
         self.socket_request_max_bytes: int = values["socket.request.max.bytes"]
+        self.sasl_server_max_receive_size: int = values["sasl.server.max.receive.size"]
         self.cluster_id: str | None = values["cluster.id"]
         self.fetch_max_bytes: int = values["fetch.max.bytes"]
         self.fetch_session_slots: int = values["max.incremental.fetch.session.cache.slots"]
@@ -455,7 +527,8 @@ class BrokerConfig:
                              ("quota.window.num", 2), ("quota.window.size.seconds", 1),
                              ("controller.quota.window.num", 2), ("controller.quota.window.size.seconds", 1),
                              ("max.connections", 0), ("max.connections.per.ip", 0),
-                             ("max.connection.creation.rate", 0),
+                             ("max.connection.creation.rate", 0), ("sasl.server.max.receive.size", 1),
+                             ("connections.max.reauth.ms", 0), ("connection.failed.authentication.delay.ms", 0),
                              ("offsets.topic.segment.bytes", 1024), ("offsets.retention.minutes", 1),
                              ("offsets.retention.check.interval.ms", 1), ("offset.metadata.max.bytes", 0),
                              ("producer.id.expiration.ms", 1), ("producer.id.expiration.check.interval.ms", 1),
@@ -525,6 +598,19 @@ class BrokerConfig:
         except ValueError as e:
             raise ConfigError(str(e)) from None
 
+    def listener_value(self, listener: str, key: str, mechanism: str | None = None) -> Any:
+        """``key`` as the listener ``listener`` sees it: ``listener.name.<listener>.<mechanism>.<key>``, then
+        ``listener.name.<listener>.<key>``, then the broker-wide value (Kafka's precedence)."""
+        over = self.listener_overrides.get(listener, {})
+        for candidate in ((f"{mechanism.lower()}.{key}",) if mechanism else ()) + (key,):
+            if candidate in over:
+                try:
+                    return KEYS[key].parse(over[candidate])
+                except ValueError as e:
+                    raise ConfigError(f"listener.name.{listener.lower()}.{candidate}={over[candidate]!r} is "
+                                      f"invalid: {e}") from None
+        return self.values[key]
+
     @property
     def zk_mode(self) -> bool:
         """True when ``zookeeper.connect`` is set (a cluster member), False in single-node mode."""
@@ -578,6 +664,9 @@ class BrokerConfig:
         values: dict[str, Any] = {k.name: k.default for k in KEYS.values()}
         for raw_key, raw in props.items():
             key = raw_key.strip()
+            if key.startswith(LISTENER_PREFIX):
+                values[key] = _listener_override(key, str(raw).strip())
+                continue
             spec = KEYS.get(key)
             if spec is None:
                 raise ConfigError(

@@ -14,6 +14,11 @@ from odradek.protocol.frame import RequestHeader
 from odradek.quota.client_quotas import ANONYMOUS, ClientQuota
 from odradek.storage.segment import FileRegion
 
+# Keys of the per-connection state (``RequestContext.connection``) that the authenticate step uses.
+SASL = "sasl"  # the connection's SaslAuthentication, on SASL listeners (broker/authentication.py)
+PRINCIPAL = "principal"  # the authenticated user's name; absent: ANONYMOUS
+CLOSE_AFTER_RESPONSE = "close_after_response"  # a reason: close the connection once this response is sent
+
 
 @dataclass(slots=True)
 class RequestContext:
@@ -41,8 +46,9 @@ class RequestContext:
 
     @property
     def user(self) -> str:
-        """The connection's user: ANONYMOUS until connections authenticate."""
-        return ANONYMOUS
+        """The connection's user: its authenticated principal's name (SASL, or a TLS client certificate), else
+        ANONYMOUS."""
+        return self.connection.get(PRINCIPAL, ANONYMOUS)  # type: ignore[no-any-return]
 
 
 class CloseConnection(Exception):

@@ -44,6 +44,7 @@ from odradek.broker.handlers import (
     producers,
     reassignments,
     records_admin,
+    sasl,
     transactions,
     txn_markers,
 )
@@ -109,6 +110,8 @@ HANDLERS: dict[int, Handler] = {
     apis.LIST_TRANSACTIONS: transactions.handle_list_transactions,
     apis.DESCRIBE_CLIENT_QUOTAS: client_quotas.handle_describe_client_quotas,
     apis.ALTER_CLIENT_QUOTAS: client_quotas.handle_alter_client_quotas,
+    apis.SASL_HANDSHAKE: sasl.handle_sasl_handshake,
+    apis.SASL_AUTHENTICATE: sasl.handle_sasl_authenticate,
 }
 assert set(HANDLERS) == set(apis.SUPPORTED), "every advertised API needs a handler"
 

@@ -28,12 +28,16 @@ import time
 from collections import deque
 from typing import Any
 
+from odradek.broker.authentication import IllegalState, SaslAuthentication
+from odradek.broker.authentication import State as AuthState
 from odradek.broker.broker import Broker
 from odradek.broker.connection_limits import ConnectionLimits
-from odradek.broker.context import CloseConnection, RequestContext
+from odradek.broker.context import CLOSE_AFTER_RESPONSE, PRINCIPAL, SASL, CloseConnection, RequestContext
 from odradek.broker.dispatch import PendingFrame, dispatch
+from odradek.broker.handlers import sasl
+from odradek.broker.listener_security import ListenerSecurity, listener_security
 from odradek.broker.throttle import DELAY_UNTIL, MUTED_UNTIL, Timed, charge_loop_time
-from odradek.protocol.frame import FrameError, RequestHeader, frame_size
+from odradek.protocol.frame import SIZE, FrameError, RequestHeader, frame_size, peek_header
 from odradek.storage.segment import FileRegion
 
 log = logging.getLogger(__name__)
@@ -42,6 +46,7 @@ _WRITE_HIGH_WATER = 1 << 20
 GROUP_TICK_MS = 50
 SHUTDOWN_LINGER_S = 0.25
 SMALL_RESPONSE = 64 * 1024  # responses up to this size are copied and written at once instead of sendfile
+TLS_HANDSHAKE_TIMEOUT_S = 10.0  # a TLS client that has not finished its handshake by then is dropped
 MAX_DEFERRED = 64  # responses of one connection waiting behind a deferred one before it stops reading
 
 
@@ -50,6 +55,7 @@ class Server:
         self.broker = broker
         self.config = broker.config
         self.limits = ConnectionLimits.from_config(broker.config.values, broker.clock)  # admitted on accept
+        self.security: dict[str, ListenerSecurity] = listener_security(broker.config)  # by listener name
         broker.on_ip_quotas = self.limits.set_ip_quotas
         self._servers: list[asyncio.Server] = []  # one per listener, in ``listeners`` order
         self.ports: dict[str, int] = {}  # listener name -> bound port
@@ -66,9 +72,11 @@ class Server:
         # Bound first (so a port 0 is known before a cluster member registers its address), served last.
         try:
             for lst in self.config.listeners:
+                tls = self.security[lst.name].tls
                 server = await asyncio.start_server(
                     functools.partial(self._on_connection, lst.name), host=lst.host or None, port=lst.port,
                     reuse_address=True, backlog=1024, start_serving=False,
+                    **({"ssl": tls, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT_S} if tls is not None else {}),
                 )
                 self._servers.append(server)
                 port = server.sockets[0].getsockname()[1]
@@ -187,6 +195,14 @@ class Server:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         state: dict[str, Any] = {}
         limit = self.config.socket_request_max_bytes
+        security = self.security[listener]
+        auth: SaslAuthentication | None = None
+        if security.sasl is not None:
+            auth = state[SASL] = SaslAuthentication(security.sasl, self.broker.clock.milliseconds)
+        elif security.tls is not None:
+            principal = security.tls_principal(writer.get_extra_info("ssl_object"))
+            if principal is not None:
+                state[PRINCIPAL] = principal
 
         def make_ctx(header: RequestHeader) -> RequestContext:
             return RequestContext(self.broker, header, peer, state, listener=listener)
@@ -196,12 +212,26 @@ class Server:
             while not self._closing:
                 if state.get(MUTED_UNTIL):
                     await self._mute(state)
-                try:
-                    size = frame_size(await reader.readexactly(4), limit)
+                unauthenticated = auth is not None and not auth.authenticated
+                try:  # before authentication only small frames (Kafka's sasl.server.max.receive.size)
+                    size = frame_size(await reader.readexactly(4),
+                                      self.config.sasl_server_max_receive_size if unauthenticated else limit)
                 except FrameError as e:
                     log.warning("closing connection from %s: %s", peer, e)
                     return
                 frame = await reader.readexactly(size)
+                if auth is not None:  # the authenticate step (broker/authentication.py)
+                    try:
+                        if auth.bare_tokens and auth.state is AuthState.AUTHENTICATE:
+                            token = sasl.bare_token(auth, frame, state, peer)
+                            writer.write(SIZE.pack(len(token)) + token)
+                            continue
+                        auth.check(peek_header(frame)[0])
+                    except (IllegalState, FrameError, CloseConnection) as e:
+                        if auth.state is AuthState.FAILED:
+                            await asyncio.sleep(auth.settings.failed_delay_ms / 1000)
+                        log.warning("closing connection from %s: %s", peer, e)
+                        return
                 self._connections[task] = True
                 try:
                     if self.broker.quotas.enabled:  # the loop time it holds counts toward request_percentage
@@ -212,6 +242,9 @@ class Server:
                         await self._serve(make_ctx, frame, writer, later, state)
                 except CloseConnection as e:
                     log.warning("closing connection from %s: %s", peer, e)
+                    return
+                if CLOSE_AFTER_RESPONSE in state:  # a failed SASL exchange, answered
+                    log.warning("closing connection from %s: %s", peer, state.pop(CLOSE_AFTER_RESPONSE))
                     return
                 self._connections[task] = False
         except asyncio.IncompleteReadError as e:

@@ -17,8 +17,8 @@ Muting follows KIP-219: the server reads nothing more from a throttled connectio
 over (``MUTED_UNTIL``), and sends the response at once to clients whose request version tells them to back off
 by themselves; to older versions it sends the response only when the throttle time is over (``DELAY_UNTIL``).
 
-Exempt, as in Kafka: followers' fetches (replication has its own throttles) and requests between brokers
-(WriteTxnMarkers).
+Exempt, as in Kafka: followers' fetches (replication has its own throttles), requests between brokers
+(WriteTxnMarkers) and the SASL exchange (Kafka's authenticator answers it before any quota applies).
 
 Invariants: with no quota configured nothing here runs but one attribute test per request; a throttle time is
 never negative and only ever raises a response's own ``throttle_time_ms``.
@@ -61,7 +61,7 @@ CLIENT_THROTTLES_FROM: dict[int, int] = {
     apis.OFFSET_DELETE: 0, apis.INIT_PRODUCER_ID: 1, apis.ADD_PARTITIONS_TO_TXN: 1, apis.ADD_OFFSETS_TO_TXN: 1,
     apis.END_TXN: 1, apis.TXN_OFFSET_COMMIT: 1, apis.DESCRIBE_CLIENT_QUOTAS: 0, apis.ALTER_CLIENT_QUOTAS: 0,
 }
-_EXEMPT = frozenset({apis.WRITE_TXN_MARKERS})
+_EXEMPT = frozenset({apis.WRITE_TXN_MARKERS, apis.SASL_HANDSHAKE, apis.SASL_AUTHENTICATE})
 
 
 def before(ctx: RequestContext, api_key: int, request: Any, size: int) -> None:

@@ -77,6 +77,8 @@ DESCRIBE_CLUSTER = 60
 DESCRIBE_PRODUCERS = 61
 DESCRIBE_CLIENT_QUOTAS = 48
 ALTER_CLIENT_QUOTAS = 49
+SASL_HANDSHAKE = 17
+SASL_AUTHENTICATE = 36
 
 SUPPORTED: dict[int, ApiRange] = _table(
     (PRODUCE, "Produce", 3, 12),
@@ -92,6 +94,7 @@ SUPPORTED: dict[int, ApiRange] = _table(
     (SYNC_GROUP, "SyncGroup", 0, 5),
     (DESCRIBE_GROUPS, "DescribeGroups", 0, 5),
     (LIST_GROUPS, "ListGroups", 0, 5),
+    (SASL_HANDSHAKE, "SaslHandshake", 0, 1),
     (API_VERSIONS, "ApiVersions", 0, 4),
     (CREATE_TOPICS, "CreateTopics", 2, 7),
     (DELETE_TOPICS, "DeleteTopics", 1, 6),
@@ -104,6 +107,7 @@ SUPPORTED: dict[int, ApiRange] = _table(
     (OFFSET_DELETE, "OffsetDelete", 0, 0),
     (DESCRIBE_CLIENT_QUOTAS, "DescribeClientQuotas", 0, 1),
     (ALTER_CLIENT_QUOTAS, "AlterClientQuotas", 0, 1),
+    (SASL_AUTHENTICATE, "SaslAuthenticate", 0, 2),
     (INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigs", 0, 1),
     (DESCRIBE_LOG_DIRS, "DescribeLogDirs", 1, 4),
     (ELECT_LEADERS, "ElectLeaders", 0, 2),

@@ -1,0 +1,123 @@
+"""What each listener's security protocol asks of a connection, built once from the broker's config.
+
+Per listener (``listener.security.protocol.map``), with ``listener.name.<listener>.<key>`` overriding the broker-wide
+keys as Kafka reads them:
+
+- PLAINTEXT: nothing; every connection is User:ANONYMOUS.
+- SSL: a server ``SSLContext`` (``security/tls.py``: the ``ssl.*`` keys) and the principal of a client certificate
+  (``security/principal.py``: ``ssl.principal.mapping.rules``; ANONYMOUS without one).
+- SASL_PLAINTEXT, SASL_SSL: ``SaslSettings`` (``broker/authentication.py``) for ``sasl.enabled.mechanisms``; PLAIN's
+  users come from the listener's JAAS line (``listener.name.<l>.plain.sasl.jaas.config``, else
+  ``sasl.jaas.config``), SCRAM's credentials from the broker's credential store (a lookup passed in); SASL_SSL adds
+  TLS as SSL does, its principal being the SASL one.
+
+Invariants: any misconfiguration is a ``ConfigError`` naming the key (and listener) before the broker serves;
+nothing here logs or keeps a password beyond the PLAIN users' table the mechanism needs.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from odradek.broker.authentication import SaslServer, SaslSettings
+from odradek.broker.config import SASL_MECHANISMS, SSL_IGNORED_KEYS, SSL_KEYS, BrokerConfig, ConfigError
+from odradek.protocol.sasl import PLAIN, create_server
+from odradek.security.jaas import JaasConfigError, parse_jaas_config, plain_users
+from odradek.security.principal import NoMatchingRule, PrincipalMappingError, SslPrincipalMapper
+from odradek.security.scram import ScramCredential
+from odradek.security.tls import SslConfigError, load_tls_settings, server_context
+
+log = logging.getLogger(__name__)
+
+ScramLookup = Callable[[str, str], ScramCredential | None]  # (mechanism, user) -> credential
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerSecurity:
+    protocol: str
+    tls: ssl.SSLContext | None = None
+    sasl: SaslSettings | None = None
+    mapper: SslPrincipalMapper | None = None
+
+    def tls_principal(self, ssl_object: Any) -> str | None:
+        """The user name of an SSL connection's client certificate (None: ANONYMOUS). A certificate no mapping
+        rule matches is ANONYMOUS too, with a warning (Kafka fails the connection's authentication instead)."""
+        if ssl_object is None or self.mapper is None:
+            return None
+        der = ssl_object.getpeercert(binary_form=True)
+        if der is None:
+            return None
+        try:
+            return self.mapper.principal(der).name
+        except NoMatchingRule as e:
+            log.warning("no ssl.principal.mapping.rules rule matches a client certificate: %s", e)
+            return None
+
+
+def listener_security(config: BrokerConfig, scram: ScramLookup | None = None) -> dict[str, ListenerSecurity]:
+    """Every listener's security, by listener name; ``ConfigError`` for a bad setting."""
+    return {lst.name: _one(config, lst.name, lst.security_protocol, scram) for lst in config.listeners}
+
+
+def _one(config: BrokerConfig, name: str, protocol: str, scram: ScramLookup | None) -> ListenerSecurity:
+    tls: ssl.SSLContext | None = None
+    mapper: SslPrincipalMapper | None = None
+    if protocol in ("SSL", "SASL_SSL"):
+        keys = {key: config.listener_value(name, key) for key, _, _ in SSL_KEYS}
+        keys.update({key: config.listener_value(name, key) for key in SSL_IGNORED_KEYS
+                     if config.listener_value(name, key) is not None})
+        try:
+            tls = server_context(load_tls_settings(keys))
+        except SslConfigError as e:
+            raise ConfigError(f"listener {name}: {e}") from None
+        if protocol == "SSL":
+            try:
+                mapper = SslPrincipalMapper(keys["ssl.principal.mapping.rules"])
+            except PrincipalMappingError as e:
+                raise ConfigError(f"listener {name}: ssl.principal.mapping.rules: {e}") from None
+    sasl = _sasl(config, name, scram) if protocol.startswith("SASL_") else None
+    return ListenerSecurity(protocol, tls, sasl, mapper)
+
+
+def _sasl(config: BrokerConfig, name: str, scram: ScramLookup | None) -> SaslSettings:
+    raw = str(config.listener_value(name, "sasl.enabled.mechanisms") or "")
+    mechanisms = tuple(m.strip().upper() for m in raw.split(",") if m.strip())
+    unsupported = [m for m in mechanisms if m not in SASL_MECHANISMS]
+    if unsupported or not mechanisms:
+        raise ConfigError(
+            f"listener {name}: sasl.enabled.mechanisms={raw!r}: "
+            + (f"{', '.join(unsupported)} is not supported" if unsupported else "none enabled")
+            + f"; use any of {', '.join(SASL_MECHANISMS)} (GSSAPI, Kafka's default, is Kerberos: not supported)"
+        )
+    passwords: dict[str, str] = {}
+    if PLAIN in mechanisms:
+        jaas = config.listener_value(name, "sasl.jaas.config", PLAIN)
+        key = f"listener.name.{name.lower()}.plain.sasl.jaas.config"
+        if not jaas:
+            raise ConfigError(f"listener {name}: PLAIN is enabled but has no users: set {key} to "
+                              'org.apache.kafka.common.security.plain.PlainLoginModule required '
+                              'user_alice="alice-secret";')
+        try:
+            passwords = plain_users(parse_jaas_config(jaas))
+        except JaasConfigError as e:
+            raise ConfigError(f"{key}: {e}") from None
+    lookups = {m: _scram_lookup(scram, m) for m in mechanisms if m.startswith("SCRAM-")}
+
+    def new_server(mechanism: str) -> SaslServer:
+        return create_server(mechanism, plain_passwords=passwords.get if PLAIN in mechanisms else None,
+                             scram_credentials=lookups)
+
+    reauth = max((int(config.listener_value(name, "connections.max.reauth.ms", m) or 0) for m in mechanisms),
+                 default=0)
+    return SaslSettings(mechanisms, new_server, max_reauth_ms=reauth,
+                        failed_delay_ms=int(config.values["connection.failed.authentication.delay.ms"]))
+
+
+def _scram_lookup(scram: ScramLookup | None, mechanism: str) -> Callable[[str], ScramCredential | None]:
+    def lookup(user: str) -> ScramCredential | None:
+        return scram(mechanism, user) if scram is not None else None
+    return lookup
