@@ -51,6 +51,7 @@ from odradek.quota.entity import describe as describe_entity
 from odradek.replica.manager import ReplicaManager
 from odradek.replica.partition import Partition
 from odradek.replica.throttle import ReplicationThrottle
+from odradek.security.credentials import CredentialStore, StoredCredentials
 from odradek.storage.config import LogConfig
 from odradek.storage.log import AppendInfo, Log
 from odradek.storage.manager import LogManager
@@ -114,6 +115,9 @@ class Broker:
                                    mutation_windows=config.controller_quota_window_num,
                                    mutation_window_s=config.controller_quota_window_size_seconds)
         self.on_ip_quotas: Callable[[dict[str | None, float]], None] | None = None  # the connection limits
+        # SCRAM users' credentials (security/credentials.py), from ZooKeeper or the metadata file; SASL logins
+        # look them up through ``credentials.lookup``
+        self.credentials = CredentialStore()
         self.groups = GroupRuntime(self, config.group_config, config.offsets_segment_bytes)
         self.txns = TxnRuntime(self, config.txn_config, config.txn_state_segment_bytes)
         self.started = False
@@ -140,6 +144,7 @@ class Broker:
             log.warning("ignoring the stored dynamic broker configs: %s", e)
         self.log_manager.default_config = self.log_defaults
         self._client_quotas_changed()
+        self.credentials.replace_all(self.topics.scram_credentials)
         # Logs were opened before the registry was read: give each its topic's overrides.
         for lg in self.log_manager.logs():
             lg.update_config(self.log_config_for(lg.topic))
@@ -177,6 +182,8 @@ class Broker:
         self.replicas.isr_writer = member.update_isr
         member.on_broker_configs = self._broker_configs_changed
         member.on_client_quotas = self._client_quotas_changed
+        member.on_scram_credentials = lambda user: self.credentials.replace_user(
+            user, member.scram_credentials.get(user, {}))
         self.pool = pool = ConnectionPool(client_id=f"odradek-broker-{self.node_id}", resolve=member.address_of)
         self.fetcher = fetcher = ReplicaFetcher(
             self.replicas, pool,
@@ -189,6 +196,7 @@ class Broker:
         cluster_id = await member.start(cfg.cluster_id)
         self._broker_configs_changed()
         self._client_quotas_changed()
+        self.credentials.replace_all(member.scram_credentials)
         for d in cfg.log_dirs:
             check_meta_properties(d, cluster_id, self.node_id)
         zk = member.zk
@@ -445,6 +453,25 @@ class Broker:
         self.quotas.update(clients)
         if self.on_ip_quotas is not None:
             self.on_ip_quotas(ips)
+
+    # -- SCRAM credentials -----------------------------------------------------------------------
+
+    async def alter_scram_credentials(self, user: str,
+                                      change: Callable[[StoredCredentials], StoredCredentials]) -> None:
+        """Replace ``user``'s stored credentials with ``change(stored)`` (``security/credentials.py``:
+        ``alteration``; it raises to change nothing), cluster-wide, and take them here at once (the other brokers
+        take them from their ZooKeeper notification)."""
+        if self.cluster is not None:
+            member = self.cluster
+            assert member.zk is not None
+            member.set_scram_credentials(user, await asyncio.to_thread(member.zk.alter_scram_credentials, user, change))
+        else:
+            registry = self.registry
+            assert isinstance(registry, TopicRegistry)
+            registry.set_scram_credentials(user, change(dict(registry.scram_credentials.get(user, {}))))
+            self.credentials.replace_user(user, registry.scram_credentials.get(user, {}))
+        log.info("altered the SCRAM credentials of user %r: %s", user,
+                 ", ".join(self.credentials.credentials(user)) or "none left")
 
     # -- topics ----------------------------------------------------------------------------------
 

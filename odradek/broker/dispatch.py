@@ -45,6 +45,7 @@ from odradek.broker.handlers import (
     reassignments,
     records_admin,
     sasl,
+    scram_credentials,
     transactions,
     txn_markers,
 )
@@ -112,6 +113,8 @@ HANDLERS: dict[int, Handler] = {
     apis.ALTER_CLIENT_QUOTAS: client_quotas.handle_alter_client_quotas,
     apis.SASL_HANDSHAKE: sasl.handle_sasl_handshake,
     apis.SASL_AUTHENTICATE: sasl.handle_sasl_authenticate,
+    apis.DESCRIBE_USER_SCRAM_CREDENTIALS: scram_credentials.handle_describe_user_scram_credentials,
+    apis.ALTER_USER_SCRAM_CREDENTIALS: scram_credentials.handle_alter_user_scram_credentials,
 }
 assert set(HANDLERS) == set(apis.SUPPORTED), "every advertised API needs a handler"
 

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from odradek.cluster.metadata import Topic, check_name_free
 from odradek.cluster.model import BrokerRegistration, Endpoint, LeaderAndIsr, TopicAssignment, TopicPartition
 from odradek.cluster.zk.client import ZkClient, ZkDataError, ZkError
+from odradek.cluster.zk.layout import desanitize
 from odradek.protocol.errors import (
     InvalidPartitionsError,
     InvalidReplicationFactorError,
@@ -106,6 +107,10 @@ class ClusterMember:
         self.on_broker_configs: Callable[[], None] | None = None  # dynamic broker configs changed
         self.client_quotas: dict[str, dict[str, str]] = {}  # quota entity path (clients/app) -> its configs
         self.on_client_quotas: Callable[[], None] | None = None  # a client quota entity changed
+        # SCRAM credentials stored in ZooKeeper: user -> mechanism -> Kafka's credential string
+        self.scram_credentials: dict[str, dict[str, str]] = {}
+        self.on_scram_credentials: Callable[[str], None] | None = None  # a user's credentials changed
+        self._credential_reads: dict[str, int] = {}  # user -> number of its latest read (older ones are stale)
         self.zk: ZkClient | None = None
         self.view = ClusterView("")  # the cluster id is known once connected
         self.brokers: dict[int, BrokerRegistration] = {}
@@ -385,6 +390,9 @@ class ClusterMember:
                 self._spawn(self._reload_broker_config(name))
             elif kind in ("users", "clients", "ips"):
                 self._spawn(self._reload_client_quota(path))
+                user = desanitize(name) if kind == "users" and "/" not in name else None
+                if user:
+                    self._spawn(self._reload_scram_credentials(user))
 
     def read_broker_configs(self) -> None:
         """The cluster default and this broker's dynamic configs, and every client quota (worker thread; at
@@ -393,6 +401,7 @@ class ClusterMember:
         for name in (DEFAULT_ENTITY, str(self.broker_id)):
             self._set_broker_configs(name, self.zk.get_config("brokers", name))
         self.client_quotas = self.zk.get_quota_configs()
+        self.scram_credentials = self.zk.get_all_scram_credentials()
 
     async def _reload_client_quota(self, entity_path: str) -> None:
         assert self.zk is not None
@@ -403,6 +412,25 @@ class ClusterMember:
             self.client_quotas.pop(entity_path, None)
         if self.on_client_quotas is not None:
             self.on_client_quotas()
+
+    async def _reload_scram_credentials(self, user: str) -> None:
+        """Re-read a user's credentials after a change notification; a read that finishes after a later one
+        started is dropped, so an older value never replaces a newer one."""
+        assert self.zk is not None
+        number = self._credential_reads[user] = self._credential_reads.get(user, 0) + 1
+        credentials = await asyncio.to_thread(self.zk.get_scram_credentials, user)
+        if self._credential_reads.get(user) != number:
+            return
+        self.set_scram_credentials(user, credentials)
+
+    def set_scram_credentials(self, user: str, credentials: dict[str, str]) -> None:
+        """Take a user's credentials as now stored (read back, or just written by this broker) and tell the owner."""
+        if credentials:
+            self.scram_credentials[user] = dict(credentials)
+        else:
+            self.scram_credentials.pop(user, None)
+        if self.on_scram_credentials is not None:
+            self.on_scram_credentials(user)
 
     def _set_broker_configs(self, name: str, configs: dict[str, str]) -> None:
         entity = "" if name == DEFAULT_ENTITY else name

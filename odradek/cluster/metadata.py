@@ -12,6 +12,8 @@ Invariants:
 - Dynamic broker configs (``broker_configs``: ``""`` for the cluster-wide default, a node id for
   one broker) and client quotas (``client_quotas``: entity components and their configs) are kept in
   the same document; files without the fields have none.
+- SCRAM credentials (``scram_credentials``: user -> mechanism -> Kafka's credential string, salt and keys only,
+  never a password) are kept there too, apart from the quotas of the same user.
 - Every change is persisted before it is visible to requests (``write_atomically``).
 """
 
@@ -97,6 +99,7 @@ class TopicRegistry:
         # Dynamic broker configs by entity: "" (cluster-wide default) or a node id as a string.
         self.broker_configs: dict[str, dict[str, str]] = {}
         self.client_quotas: dict[tuple[tuple[str, str | None], ...], dict[str, str]] = {}  # quota entity -> configs
+        self.scram_credentials: dict[str, dict[str, str]] = {}  # user -> mechanism -> credential string
         self._by_id: dict[uuid.UUID, Topic] = {}
         self.cluster_id = self._load(cluster_id)
         for d in log_dirs:
@@ -121,6 +124,9 @@ class TopicRegistry:
                 for q in doc.get("client_quotas", []):  # absent from files written before client quotas
                     key = tuple((str(t), None if n is None else str(n)) for t, n in q["entity"])
                     self.client_quotas[key] = {str(k): str(v) for k, v in dict(q["configs"]).items()}
+                for user, credentials in dict(doc.get("scram_credentials", {})).items():  # absent from older files
+                    if credentials:
+                        self.scram_credentials[str(user)] = {str(m): str(c) for m, c in dict(credentials).items()}
             except (OSError, ValueError, KeyError, TypeError) as e:
                 raise KafkaError(f"cluster metadata file {self.path} is unreadable: {e}") from e
             if cluster_id and cluster_id != stored:
@@ -146,6 +152,7 @@ class TopicRegistry:
             "broker_configs": {e: c for e, c in sorted(self.broker_configs.items()) if c},
             "client_quotas": [{"entity": [list(c) for c in e], "configs": c}
                               for e, c in sorted(self.client_quotas.items(), key=lambda i: repr(i[0])) if c],
+            "scram_credentials": {u: dict(sorted(c.items())) for u, c in sorted(self.scram_credentials.items()) if c},
         }
         self.path.parent.mkdir(parents=True, exist_ok=True)
         write_atomically(self.path, json.dumps(doc, indent=1).encode())
@@ -209,6 +216,15 @@ class TopicRegistry:
             self.client_quotas[entity] = dict(configs)
         else:
             self.client_quotas.pop(entity, None)
+        self._save()
+
+    def set_scram_credentials(self, user: str, credentials: dict[str, str]) -> None:
+        """Replace a user's SCRAM credentials (mechanism -> credential string; none: the user has none left);
+        persisted at once."""
+        if credentials:
+            self.scram_credentials[user] = dict(credentials)
+        else:
+            self.scram_credentials.pop(user, None)
         self._save()
 
 

@@ -77,6 +77,8 @@ DESCRIBE_CLUSTER = 60
 DESCRIBE_PRODUCERS = 61
 DESCRIBE_CLIENT_QUOTAS = 48
 ALTER_CLIENT_QUOTAS = 49
+DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+ALTER_USER_SCRAM_CREDENTIALS = 51
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36
 
@@ -107,6 +109,8 @@ SUPPORTED: dict[int, ApiRange] = _table(
     (OFFSET_DELETE, "OffsetDelete", 0, 0),
     (DESCRIBE_CLIENT_QUOTAS, "DescribeClientQuotas", 0, 1),
     (ALTER_CLIENT_QUOTAS, "AlterClientQuotas", 0, 1),
+    (DESCRIBE_USER_SCRAM_CREDENTIALS, "DescribeUserScramCredentials", 0, 0),
+    (ALTER_USER_SCRAM_CREDENTIALS, "AlterUserScramCredentials", 0, 0),
     (SASL_AUTHENTICATE, "SaslAuthenticate", 0, 2),
     (INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigs", 0, 1),
     (DESCRIBE_LOG_DIRS, "DescribeLogDirs", 1, 4),

@@ -872,18 +872,57 @@ class ZkClient:
     def set_config(self, entity_type: str, name: str, configs: dict[str, str]) -> None:
         """Replace the entity's overrides with ``configs``, then post a ``/config/changes`` notification."""
         self._set_or_create(layout.config_path(entity_type, name), layout.encode_config(configs))
+        self._post_config_change(layout.config_entity_path(entity_type, name))
+
+    def _post_config_change(self, entity_path: str) -> None:
+        """Tell every broker that the configs at ``entity_path`` (``users/alice``) changed."""
         self._retry(
             self._kz.create_async,
             layout.CONFIG_CHANGES_PATH + "/" + layout.CONFIG_CHANGE_PREFIX,
-            layout.encode_config_change(layout.config_entity_path(entity_type, name)),
+            layout.encode_config_change(entity_path),
             sequence=True,
             makepath=True,
         )
 
-    def get_quota_config(self, entity_path: str) -> dict[str, str]:
-        """The configs of the client quota entity at ``entity_path`` (``users/alice/clients/app``); {} if none."""
+    def _entity_configs(self, entity_path: str) -> tuple[dict[str, str], ZnodeStat] | None:
         got = self._get(f"{layout.CONFIG_PATH}/{entity_path}")
-        return {} if got is None else layout.decode_config(*_type_and_name(entity_path), got[0])
+        return None if got is None else (layout.decode_config(*_type_and_name(entity_path), got[0]), got[1])
+
+    def _update_entity_configs(self, entity_path: str,
+                               change: Callable[[dict[str, str]], dict[str, str]]) -> dict[str, str]:
+        """Replace the configs at ``entity_path`` with ``change(current)``, conditional on the znode's version (so a
+        concurrent writer's keys are never lost), then post a change notification; the configs written.
+
+        ``change`` may raise to write nothing. A write that landed before a lost connection (the retry then meets
+        BadVersion) is recognized by reading back what it wrote.
+        """
+        path = f"{layout.CONFIG_PATH}/{entity_path}"
+        attempted: dict[str, str] | None = None
+        for _ in range(_MAX_CONFLICT_ROUNDS):
+            got = self._entity_configs(entity_path)
+            current = {} if got is None else got[0]
+            if attempted is not None and current == attempted:
+                break
+            attempted = change(dict(current))
+            data = layout.encode_config(attempted)
+            try:
+                if got is None:
+                    self._retry(self._kz.create_async, path, data, makepath=True)
+                else:
+                    self._retry(self._kz.set_async, path, data, version=got[1].version)
+            except (KazooBadVersionError, NodeExistsError, NoNodeError):
+                continue
+            break
+        else:
+            raise ZkError(f"could not update {path}: other writers keep changing it")
+        self._post_config_change(entity_path)
+        return attempted
+
+    def get_quota_config(self, entity_path: str) -> dict[str, str]:
+        """The quota configs of the client quota entity at ``entity_path`` (``users/alice/clients/app``); {} if none.
+        A user's SCRAM credentials, kept in the same znode, are left out."""
+        got = self._entity_configs(entity_path)
+        return {} if got is None else layout.split_credentials(got[0])[0]
 
     def get_quota_configs(self) -> dict[str, dict[str, str]]:
         """Every client quota entity with configs, by entity path (users, clients, ips, users' clients)."""
@@ -901,15 +940,36 @@ class ZkClient:
         return out
 
     def set_quota_config(self, entity_path: str, configs: dict[str, str]) -> None:
-        """Replace the configs of a client quota entity, then post a ``/config/changes`` notification."""
-        self._set_or_create(f"{layout.CONFIG_PATH}/{entity_path}", layout.encode_config(configs))
-        self._retry(
-            self._kz.create_async,
-            layout.CONFIG_CHANGES_PATH + "/" + layout.CONFIG_CHANGE_PREFIX,
-            layout.encode_config_change(entity_path),
-            sequence=True,
-            makepath=True,
-        )
+        """Replace the quota configs of a client quota entity, keeping a user's SCRAM credentials stored beside
+        them, then post a ``/config/changes`` notification."""
+        self._update_entity_configs(entity_path, lambda current: {**layout.split_credentials(current)[1], **configs})
+
+    def get_scram_credentials(self, user: str) -> dict[str, str]:
+        """A user's SCRAM credentials as stored (mechanism -> Kafka's credential string); {} if none."""
+        got = self._entity_configs(layout.user_entity_path(user))
+        return {} if got is None else layout.split_credentials(got[0])[1]
+
+    def get_all_scram_credentials(self) -> dict[str, dict[str, str]]:
+        """Every user with SCRAM credentials: user name -> mechanism -> credential string."""
+        out: dict[str, dict[str, str]] = {}
+        for child in self._children(f"{layout.CONFIG_PATH}/users"):
+            user = layout.desanitize(child)
+            if user:  # the default user entity has quotas only
+                credentials = self.get_scram_credentials(user)
+                if credentials:
+                    out[user] = credentials
+        return out
+
+    def alter_scram_credentials(self, user: str,
+                                change: Callable[[dict[str, str]], dict[str, str]]) -> dict[str, str]:
+        """Replace a user's SCRAM credentials with ``change(current credentials)`` (``change`` may raise to write
+        nothing), keeping the user's quota configs; a ``/config/changes`` notification follows. Returns the
+        credentials stored."""
+        written = self._update_entity_configs(
+            layout.user_entity_path(user),
+            lambda current: {**layout.split_credentials(current)[0],
+                             **change(layout.split_credentials(current)[1])})
+        return layout.split_credentials(written)[1]
 
     def config_changes(self, watch: Callable[[list[str]], None]) -> list[str]:
         """Entity paths (``topics/orders``) of the notifications present now; ``watch`` gets those of each new batch.

@@ -165,6 +165,31 @@ def desanitize(part: str) -> str | None:
     return None if part == DEFAULT_ENTITY else urllib.parse.unquote(part)
 
 
+# A user's znode /config/users/<user> holds both its client quota configs and its SCRAM credentials (Kafka's
+# layout: the credential of a mechanism is the value of the key named after it, e.g. "SCRAM-SHA-256"). The two
+# sides share the znode and never read or write each other's keys (Kafka's ``ScramMechanism.isScram``).
+SCRAM_CONFIG_KEYS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def is_credential_key(key: str) -> bool:
+    """Whether a user config key holds a SCRAM credential rather than a quota."""
+    return key in SCRAM_CONFIG_KEYS
+
+
+def split_credentials(configs: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """A user's configs as (everything else, i.e. quotas; its SCRAM credentials by mechanism)."""
+    others = {k: v for k, v in configs.items() if not is_credential_key(k)}
+    credentials = {k: v for k, v in configs.items() if is_credential_key(k)}
+    return others, credentials
+
+
+def user_entity_path(user: str) -> str:
+    """The entity path of a named user: ``users/<sanitized user>``."""
+    if not user:
+        raise ValueError("a user entity needs a non-empty name")
+    return f"users/{sanitize(user)}"
+
+
 def quota_entity_path(entity: tuple[tuple[str, str | None], ...]) -> str:
     """The entity path of a client quota entity: ``clients/app``, ``users/alice/clients/<default>``."""
     return "/".join(f"{_QUOTA_TYPE_DIRS[t]}/{sanitize(n)}" for t, n in entity)
