@@ -55,7 +55,7 @@ class Server:
         self.broker = broker
         self.config = broker.config
         self.limits = ConnectionLimits.from_config(broker.config.values, broker.clock)  # admitted on accept
-        self.security: dict[str, ListenerSecurity] = listener_security(broker.config)  # by listener name
+        self.security: dict[str, ListenerSecurity] = listener_security(broker.config, scram=broker.credentials.lookup)
         broker.on_ip_quotas = self.limits.set_ip_quotas
         self._servers: list[asyncio.Server] = []  # one per listener, in ``listeners`` order
         self.ports: dict[str, int] = {}  # listener name -> bound port
