@@ -21,6 +21,9 @@ prints one line per entity, in kafka-configs' words::
 alter sets (``--add-config``) and removes (``--delete-config``) quota keys of one entity in one request and
 prints ``Completed updating config for client-id 'app'.``
 
+A user's SCRAM credentials (``--add-config 'SCRAM-SHA-256=[iterations=8192,password=...]'``, ``--delete-config
+SCRAM-SHA-512``) and their lines in describe are ``configs_scram.py``'s.
+
 Invariants:
 - ``--entity-type``/``--entity-name``/``--entity-default`` are paired in command-line order: a name or
   ``--entity-default`` belongs to the ``--entity-type`` before it. With a single ``--entity-type`` the order
@@ -61,7 +64,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from kafka.protocol.admin import AlterClientQuotasRequest, DescribeClientQuotasRequest
 from kafka.version import __version__ as KAFKA_PYTHON_VERSION
 
-from odradek.cli import _client, _kafka_python
+from odradek.cli import _client, _kafka_python, configs_scram
 from odradek.cli._client import CliError
 from odradek.cli._kafka_python import Admin
 
@@ -92,7 +95,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                     "Quota keys of users and clients: producer_byte_rate, consumer_byte_rate (bytes/s),\n"
                     "request_percentage (% of the broker's request handling), controller_mutation_rate\n"
                     "(partitions created or deleted per second); of ips: connection_creation_rate\n"
-                    "(connections per second).",
+                    "(connections per second).\n\n"
+                    "SCRAM credentials of a user: SCRAM-SHA-256=[iterations=N,password=P] and SCRAM-SHA-512=[...]\n"
+                    "(iterations 4096..16384, 4096 when omitted); the password is salted here, never sent.",
         epilog="examples:\n"
         "  odradek configs describe --entity-type topics --entity-name orders\n"
         "  odradek configs alter --entity-type topics --entity-name orders "
@@ -106,7 +111,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "  odradek configs alter --entity-type users --entity-name alice --entity-type clients --entity-default "
         "--add-config request_percentage=50\n"
         "  odradek configs alter --entity-type clients --entity-default --delete-config producer_byte_rate\n"
-        "  odradek configs alter --entity-type ips --entity-name 127.0.0.1 --add-config connection_creation_rate=10",
+        "  odradek configs alter --entity-type ips --entity-name 127.0.0.1 --add-config connection_creation_rate=10\n"
+        "\n"
+        "  odradek configs alter --entity-type users --entity-name alice "
+        "--add-config 'SCRAM-SHA-256=[iterations=8192,password=alice-secret],SCRAM-SHA-512=[password=alice-secret]'\n"
+        "  odradek configs alter --entity-type users --entity-name alice --delete-config SCRAM-SHA-512\n"
+        "  odradek configs describe --entity-type users --entity-name alice   # quotas and SCRAM credentials",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("action", choices=("describe", "alter"), help="what to do")
@@ -337,12 +347,20 @@ def run_quotas(args: argparse.Namespace, entities: list[EntityArg]) -> int:
                            f"{unnamed[0].option}",
                            f"e.g. --entity-type {unnamed[0].option} --entity-default for the default "
                            f"{LABELS[unnamed[0].kind]}", exit_code=2)
+        scram = configs_scram.scram_changes([e.kind for e in entities], entities[0].default,
+                                            _client.parse_pairs(args.add_config, "--add-config"),
+                                            _client.comma_words(args.delete_config))
+        if scram is not None:  # a named user alone (checked): its credentials, not its quotas
+            return configs_scram.alter(args, str(entities[0].name), scram, entity_text([(USER, entities[0].name)]))
         changes = quota_changes(entities, args.add_config, args.delete_config)
     _kafka_python.quiet_kafka_python()
     admin = Admin(args, "configs", error_from)
     try:
         if args.action == "describe":
-            return describe_quotas(admin, entities)
+            status = describe_quotas(admin, entities)
+            if [e.kind for e in entities] == [USER] and not entities[0].default:  # as kafka-configs: users alone
+                configs_scram.describe(args, entities[0].name)
+            return status
         return alter_quotas(admin, entities, *changes)
     finally:
         admin.close()
