@@ -53,6 +53,8 @@ from odradek.storage.segment import LOG_SUFFIX, segment_name
 
 CHUNK_BYTES = 1024 * 1024  # of a segment read per kernel call
 SPAN_ROWS = 4096  # batches a kernel call reads before the caller checks their CRCs
+SCRATCH_ROWS = 1024  # records of one batch the scratch holds before it grows
+OUTPUT_MIN_BYTES = 64 * 1024  # the output buffer: io_buffer_bytes, at least this
 _CRC = struct.Struct(">I")
 
 _MAPS: dict[tuple[int, float], CompiledOffsetMap] = {}
@@ -75,7 +77,7 @@ class _Work:
 
     def __init__(self) -> None:
         self.read = np.empty(CHUNK_BYTES, np.uint8)
-        self.scratch = np.zeros((1024, k.SCRATCH_COLUMNS), np.int64)
+        self.scratch = np.zeros((SCRATCH_ROWS, k.SCRATCH_COLUMNS), np.int64)
         self.spans = np.zeros((SPAN_ROWS, 3), np.int64)
         self.counters = np.zeros(k.N_COUNTERS, np.int64)
 
@@ -127,8 +129,7 @@ def _scan(task: CleanTask, seg: SegmentSummary, work: _Work, throttle: Throttler
                 return value, start + pos
             if status == k.NEED_SCRATCH:
                 work.grow_scratch(rb.parse_header(work.read, pos).record_count)
-            elif status == k.LISTS_FULL:
-                assert on_full is not None
+            elif status == k.LISTS_FULL and on_full is not None:  # (the span list: checked above)
                 on_full(rb.read_prefix(work.read, pos)[1] + rb.LOG_OVERHEAD)
             elif status == k.STRUCTURE:
                 header_cut = pos + rb.HEADER_SIZE > avail
@@ -243,7 +244,7 @@ class CompiledPass:
                     throttle: Throttler) -> CleanedSegment:
         """Rewrite one group into its cleaned segment."""
         writer = GroupWriter(task, group, scratch, self.stats, throttle)
-        out = _Output(max(task.io_buffer_bytes, 64 * 1024))
+        out = _Output(max(task.io_buffer_bytes, OUTPUT_MIN_BYTES))
         work, table, latest, last_offsets = self.work, self.map.table, self.latest, self.last_offsets
         mapped_to = self.map.latest_offset
         counters = work.counters

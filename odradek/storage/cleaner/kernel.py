@@ -285,14 +285,16 @@ def rewrite_batches(buf: np.ndarray, pos: int, size: int, limit: int, first_dirt
         counters[RECORDS_KEPT] += kept
         counters[KEYLESS_REMOVED] += keyless
         counters[TOMBSTONES_REMOVED] += tombstones
-        if kept == count:
+        if kept == 0:  # nothing kept (an emptied batch included): the batch goes
+            pass
+        elif kept == count:
             out[out_pos : out_pos + whole] = buf[pos : pos + whole]
             out_batches[m, 0] = out_pos
             out_batches[m, 1] = whole
             out_batches[m, 2] = 0
             m += 1
             out_pos += whole
-        elif kept > 0:
+        else:
             q = out_pos + _HEADER
             out[out_pos:q] = buf[pos : pos + _HEADER]
             for i in range(count):
