@@ -17,7 +17,6 @@ nothing here logs or keeps a password beyond the PLAIN users' table the mechanis
 
 from __future__ import annotations
 
-import logging
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,11 +26,9 @@ from odradek.broker.authentication import SaslServer, SaslSettings
 from odradek.broker.config import SASL_MECHANISMS, SSL_IGNORED_KEYS, SSL_KEYS, BrokerConfig, ConfigError
 from odradek.protocol.sasl import PLAIN, create_server
 from odradek.security.jaas import JaasConfigError, parse_jaas_config, plain_users
-from odradek.security.principal import NoMatchingRule, PrincipalMappingError, SslPrincipalMapper
+from odradek.security.principal import PrincipalMappingError, SslPrincipalMapper
 from odradek.security.scram import ScramCredential
 from odradek.security.tls import SslConfigError, load_tls_settings, server_context
-
-log = logging.getLogger(__name__)
 
 ScramLookup = Callable[[str, str], ScramCredential | None]  # (mechanism, user) -> credential
 
@@ -44,18 +41,13 @@ class ListenerSecurity:
     mapper: SslPrincipalMapper | None = None
 
     def tls_principal(self, ssl_object: Any) -> str | None:
-        """The user name of an SSL connection's client certificate (None: ANONYMOUS). A certificate no mapping
-        rule matches is ANONYMOUS too, with a warning (Kafka fails the connection's authentication instead)."""
+        """The user name of an SSL connection's client certificate (None: no certificate, ANONYMOUS).
+        ``NoMatchingRule`` when no ``ssl.principal.mapping.rules`` rule matches it: Kafka fails such a connection's
+        authentication."""
         if ssl_object is None or self.mapper is None:
             return None
         der = ssl_object.getpeercert(binary_form=True)
-        if der is None:
-            return None
-        try:
-            return self.mapper.principal(der).name
-        except NoMatchingRule as e:
-            log.warning("no ssl.principal.mapping.rules rule matches a client certificate: %s", e)
-            return None
+        return None if der is None else self.mapper.principal(der).name
 
 
 def listener_security(config: BrokerConfig, scram: ScramLookup | None = None) -> dict[str, ListenerSecurity]:

@@ -38,6 +38,7 @@ from odradek.broker.handlers import sasl
 from odradek.broker.listener_security import ListenerSecurity, listener_security
 from odradek.broker.throttle import DELAY_UNTIL, MUTED_UNTIL, Timed, charge_loop_time
 from odradek.protocol.frame import SIZE, FrameError, RequestHeader, frame_size, peek_header
+from odradek.security.principal import NoMatchingRule
 from odradek.storage.segment import FileRegion
 
 log = logging.getLogger(__name__)
@@ -199,16 +200,23 @@ class Server:
         auth: SaslAuthentication | None = None
         if security.sasl is not None:
             auth = state[SASL] = SaslAuthentication(security.sasl, self.broker.clock.milliseconds)
-        elif security.tls is not None:
-            principal = security.tls_principal(writer.get_extra_info("ssl_object"))
-            if principal is not None:
-                state[PRINCIPAL] = principal
 
         def make_ctx(header: RequestHeader) -> RequestContext:
             return RequestContext(self.broker, header, peer, state, listener=listener)
 
         later = _InOrder(self, writer, peer)
         try:
+            if auth is None and security.tls is not None:  # the client certificate's principal, if any
+                try:
+                    principal = security.tls_principal(writer.get_extra_info("ssl_object"))
+                except NoMatchingRule:
+                    log.warning("closing connection from %s: no ssl.principal.mapping.rules rule matches the "
+                                "subject of its certificate", peer)
+                    return
+                if principal is not None:
+                    state[PRINCIPAL] = principal
+                    log.debug("connection from %s authenticated as User:%s (TLS client certificate)", peer,
+                              principal)
             while not self._closing:
                 if state.get(MUTED_UNTIL):
                     await self._mute(state)

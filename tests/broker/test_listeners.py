@@ -61,7 +61,7 @@ def test_the_listeners_are_bound_to_distinct_ports_and_the_first_is_the_servers_
 def test_clients_bootstrap_through_either_listener(node: inprocess.InProcessBroker, tmp_path: Path) -> None:
     topic = "through-listeners"
     for i, name in enumerate(("INTERNAL", "EXTERNAL")):
-        bootstrap = "127.0.0.1:%d" % node.server.ports[name]
+        bootstrap = f"127.0.0.1:{node.server.ports[name]}"
         p = Producer({"bootstrap.servers": bootstrap, "log_level": 3})
         p.produce(topic, key=name.encode(), value=b"via %s" % name.encode())
         assert p.flush(30) == 0

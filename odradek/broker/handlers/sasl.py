@@ -62,7 +62,7 @@ async def handle_sasl_authenticate(ctx: RequestContext, request: Any) -> dict[st
     except IllegalState as e:
         raise CloseConnection(str(e)) from None
     if auth.authenticated:
-        ctx.connection[PRINCIPAL] = auth.principal
+        _authenticated(ctx.connection, auth, ctx.peer)
     return {"error_code": ErrorCode.NONE, "error_message": None, "auth_bytes": challenge,
             "session_lifetime": lifetime_ms}
 
@@ -76,5 +76,10 @@ def bare_token(auth: SaslAuthentication, token: bytes, connection: dict[str, Any
         log.warning("failed authentication from %s with SASL mechanism %s: %s", peer, auth.mechanism, e)
         raise CloseConnection(f"authentication failed ({auth.mechanism})") from None
     if auth.authenticated:
-        connection[PRINCIPAL] = auth.principal
+        _authenticated(connection, auth, peer)
     return challenge
+
+
+def _authenticated(connection: dict[str, Any], auth: SaslAuthentication, peer: str) -> None:
+    connection[PRINCIPAL] = auth.principal
+    log.debug("connection from %s authenticated as User:%s (%s)", peer, auth.principal, auth.mechanism)

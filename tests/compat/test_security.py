@@ -1,0 +1,160 @@
+"""Real clients (confluent-kafka, kafka-python, aiokafka) over every security protocol of one broker: SSL (server
+certificate only), mTLS (client certificates required, their DN mapped to a user), SASL_PLAINTEXT and SASL_SSL with
+PLAIN; wrong passwords and wrong certificates refused, the broker serving the others meanwhile.
+
+The broker runs in this process (``tests/broker/inprocess.py``), so the test reads the principal each connection
+authenticated as from the broker's log. Certificates are made by ``tests/security/certs.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import ssl
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tests.broker import inprocess
+from tests.compat.secure_clients import CLIENTS, Security, roundtrip
+from tests.security import certs
+
+JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+        'password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";')
+LISTENERS = ("PLAINTEXT", "SSL", "MTLS", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+class Setup:
+    def __init__(self, root: Path) -> None:
+        self.ca = certs.make_ca()
+        self.cafile = certs.write_cert_pem(root / "ca.pem", self.ca)
+        server = certs.issue(self.ca, "localhost")
+        self.keystore = certs.write_pkcs12(root / "server.p12", server, b"store-pw")
+        alice = certs.issue(self.ca, "alice", client=True, subject=[("OU", "eng"), ("O", "Acme")])
+        self.alice_cert = certs.write_cert_pem(root / "alice-chain.pem", alice)
+        self.alice_key = certs.write_key_pem(root / "alice-key.pem", alice, b"key-pw")
+        stranger_ca = certs.make_ca("Somebody Else's CA")
+        mallory = certs.issue(stranger_ca, "mallory", client=True)
+        self.mallory_cert = certs.write_cert_pem(root / "mallory-chain.pem", mallory)
+        self.mallory_key = certs.write_key_pem(root / "mallory-key.pem", mallory)
+        self.props = {
+            "listeners": ",".join(f"{n}://127.0.0.1:0" for n in LISTENERS),
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,MTLS:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,"
+                                              "SASL_SSL:SASL_SSL",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "ssl.keystore.type": "PKCS12",
+            "ssl.keystore.location": str(self.keystore),
+            "ssl.keystore.password": "store-pw",
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(self.cafile),
+            "listener.name.mtls.ssl.client.auth": "required",
+            "ssl.principal.mapping.rules": "RULE:^CN=([a-z]+),O=Acme,OU=eng$/$1/,DEFAULT",
+            "sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+            "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS,
+            "connection.failed.authentication.delay.ms": "50",
+        }
+
+    def security(self, listener: str) -> Security:
+        tls = {"cafile": self.cafile}
+        return {
+            "PLAINTEXT": Security(),
+            "SSL": Security("SSL", **tls),
+            "MTLS": Security("SSL", certfile=self.alice_cert, keyfile=self.alice_key, key_password="key-pw", **tls),
+            "SASL_PLAINTEXT": Security("SASL_PLAINTEXT", "PLAIN", "alice", "alice-secret"),
+            "SASL_SSL": Security("SASL_SSL", "PLAIN", "alice", "alice-secret", **tls),
+        }[listener]
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
+    return Setup(tmp_path_factory.mktemp("certs"))
+
+
+@pytest.fixture(scope="module")
+def node(setup: Setup, tmp_path_factory: pytest.TempPathFactory) -> Iterator[inprocess.InProcessBroker]:
+    b = inprocess.InProcessBroker(tmp_path_factory.mktemp("secure"), setup.props)
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+def bootstrap(node: inprocess.InProcessBroker, listener: str) -> str:
+    # "localhost": the broker's certificate names it, so host name verification is on for TLS clients
+    return f"localhost:{node.server.ports[listener]}"
+
+
+@pytest.mark.parametrize("listener", LISTENERS[1:])
+@pytest.mark.parametrize("client", CLIENTS)
+def test_clients_produce_and_consume_over_each_protocol(node: inprocess.InProcessBroker, setup: Setup,
+                                                        client: str, listener: str,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="odradek.broker")
+    topic = f"secure-{listener.lower()}-{client}"
+    values = [b"%s over %s #%d" % (client.encode(), listener.encode(), i) for i in range(5)]
+    assert roundtrip(client, bootstrap(node, listener), setup.security(listener), topic, values) == values
+    principals = {r.getMessage().split("authenticated as ")[1].split(" ")[0] for r in caplog.records
+                  if "authenticated as" in r.getMessage()}
+    expected = {"SSL": set(), "MTLS": {"User:alice"}}.get(listener, {"User:alice"})
+    assert principals == expected
+
+
+@pytest.mark.parametrize("listener", ["SASL_PLAINTEXT", "SASL_SSL"])
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_wrong_password_is_refused(node: inprocess.InProcessBroker, setup: Setup, client: str,
+                                     listener: str, caplog: pytest.LogCaptureFixture) -> None:
+    wrong = replace(setup.security(listener), password="not-her-password")
+    refused(lambda: roundtrip(client, bootstrap(node, listener), wrong, f"refused-{client}", [b"x"], timeout=4))
+    assert any("failed authentication" in r.getMessage() and "Invalid username or password" in r.getMessage()
+               for r in caplog.records)
+    assert not any("not-her-password" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_mtls_refuses_a_client_without_a_certificate_or_with_a_strangers(node: inprocess.InProcessBroker,
+                                                                         setup: Setup, client: str) -> None:
+    for who in (Security("SSL", cafile=setup.cafile),
+                Security("SSL", cafile=setup.cafile, certfile=setup.mallory_cert, keyfile=setup.mallory_key)):
+        refused(lambda who=who: roundtrip(client, bootstrap(node, "MTLS"), who, f"mtls-refused-{client}", [b"x"],
+                                          timeout=4))
+    # the listener still serves a client with a good certificate
+    good = setup.security("MTLS")
+    assert roundtrip(client, bootstrap(node, "MTLS"), good, f"mtls-after-{client}", [b"ok"]) == [b"ok"]
+
+
+def test_a_plaintext_client_on_a_tls_port_and_junk_after_a_client_hello_close_only_that_connection(
+        node: inprocess.InProcessBroker, setup: Setup) -> None:
+    port = node.server.ports["SSL"]
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"\x00\x00\x00\x0a\x00\x12\x00\x03\x00\x00\x00\x01\x00\x00")  # a Kafka ApiVersions frame
+        s.settimeout(10)
+        assert s.recv(1024) in (b"",) or True  # the broker answers with a TLS alert or closes
+        assert _closed(s)
+    ctx = ssl.create_default_context(cafile=str(setup.cafile))
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        with ctx.wrap_socket(raw, server_hostname="localhost") as tls:
+            tls.sendall(b"\xff" * 64)  # not a Kafka frame: a negative size
+            assert _closed(tls)
+    values = [b"still serving"]
+    assert roundtrip("confluent", bootstrap(node, "SSL"), setup.security("SSL"), "after-junk", values) == values
+
+
+def refused(attempt: Callable[[], object]) -> None:
+    """``attempt`` fails the way a refused client fails (each library raises its own kind), not by a mistake of
+    the test's own (a wrong argument)."""
+    with pytest.raises(Exception) as e:
+        attempt()
+    assert not isinstance(e.value, TypeError | ValueError | AttributeError), e.value
+
+
+def _closed(s: socket.socket) -> bool:
+    s.settimeout(10)
+    try:
+        while s.recv(1024):
+            pass
+    except (ConnectionError, ssl.SSLError):
+        pass
+    return True
