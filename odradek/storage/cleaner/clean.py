@@ -39,7 +39,7 @@ import bisect
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -413,6 +413,9 @@ def _write_group(task: CleanTask, group: list[SegmentSummary], rewriter: _Rewrit
         writer.close()
 
 
+_GroupWrite = Callable[[CleanTask, list[SegmentSummary], "_Rewriter", Path, Throttler], CleanedSegment]
+
+
 def clean(task: CleanTask, *, compiled: bool = True) -> CleanResult:
     """Clean the log ``task`` describes into ``*.cleaned`` files (see the module docstring). Raises
     ``CorruptRecordError`` (a damaged batch: the log is left alone) or ``OSError``; the scratch files are
@@ -422,18 +425,24 @@ def clean(task: CleanTask, *, compiled: bool = True) -> CleanResult:
     stats = CleanStats()
     throttle = Throttler(task.max_io_bytes_per_second, stats)
     aborted = _Aborted(task.aborted)
-    if compiled:
+    if not compiled:
+        offset_map = _offset_map(task.memory_bytes, task.load_factor)
+        end = build_offset_map(task, offset_map, aborted, stats, throttle)
+        cleaned = _rewrite(task, offset_map, aborted, stats, throttle, end, _write_group)
+    else:
         from odradek.storage.cleaner import compiled_pass  # numba: imported by workers only
 
         compiled_map = compiled_pass.offset_map(task.memory_bytes, task.load_factor)
-        run = compiled_pass.CompiledPass(task, compiled_map, aborted, stats, throttle)
-        offset_map: KeyOffsets = compiled_map
-        end = run.build_offset_map()
-        write_group = run.write_group
-    else:
-        offset_map = _offset_map(task.memory_bytes, task.load_factor)
-        end = build_offset_map(task, offset_map, aborted, stats, throttle)
-        write_group = _write_group
+        with compiled_pass.CompiledPass(task, compiled_map, aborted, stats, throttle) as run:
+            end = run.build_offset_map()
+            cleaned = _rewrite(task, compiled_map, aborted, stats, throttle, end, run.write_group)
+    stats.seconds = time.monotonic() - started
+    return CleanResult(cleaned, end, stats)
+
+
+def _rewrite(task: CleanTask, offset_map: KeyOffsets, aborted: _Aborted, stats: CleanStats, throttle: Throttler,
+             end: int, write_group: _GroupWrite) -> list[CleanedSegment]:
+    """Steps 2-4 over the segments below ``end``, a group at a time (``write_group``)."""
     stats.map_utilization = offset_map.utilization()
     todo = [s for s in task.segments if s.base_offset < end]
     groups = group_by_size(todo, max_size=task.config.segment_bytes, max_index_bytes=task.config.segment_index_bytes,
@@ -454,8 +463,7 @@ def clean(task: CleanTask, *, compiled: bool = True) -> CleanResult:
         raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    stats.seconds = time.monotonic() - started
-    return CleanResult(cleaned, end, stats)
+    return cleaned
 
 
 def discard_cleaned(directory: Path, base_offset: int) -> None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -51,7 +52,8 @@ from odradek.storage.cleaner.key_table import CompiledOffsetMap, latest_offsets,
 from odradek.storage.cleaner.planning import SegmentSummary
 from odradek.storage.segment import LOG_SUFFIX, segment_name
 
-CHUNK_BYTES = 1024 * 1024  # of a segment read per kernel call
+CHUNK_BYTES = 1024 * 1024  # of a segment per kernel call
+OVERLAP_BYTES = 64 * 1024  # read past each chunk: batches up to this long starting in it are whole in it
 SPAN_ROWS = 4096  # batches a kernel call reads before the caller checks their CRCs
 SCRATCH_ROWS = 1024  # records of one batch the scratch holds before it grows
 OUTPUT_MIN_BYTES = 64 * 1024  # the output buffer: io_buffer_bytes, at least this
@@ -73,88 +75,163 @@ def offset_map(memory_bytes: int, load_factor: float) -> CompiledOffsetMap:
 
 
 class _Work:
-    """The kernel's arrays for one pass: read buffer, record scratch, span list, counters (grown on demand)."""
+    """The kernel's arrays for one pass: record scratch, span list, counters (grown on demand), and the thread
+    that reads ahead."""
 
     def __init__(self) -> None:
-        self.read = np.empty(CHUNK_BYTES, np.uint8)
         self.scratch = np.zeros((SCRATCH_ROWS, k.SCRATCH_COLUMNS), np.int64)
         self.spans = np.zeros((SPAN_ROWS, 3), np.int64)
         self.counters = np.zeros(k.N_COUNTERS, np.int64)
+        self.chunks = (np.empty(CHUNK_BYTES + OVERLAP_BYTES, np.uint8), np.empty(CHUNK_BYTES + OVERLAP_BYTES, np.uint8))
+        self.reader = ThreadPoolExecutor(1, thread_name_prefix="odradek-cleaner-read")
+
+    def close(self) -> None:
+        self.reader.shutdown()
 
     def grow_scratch(self, rows: int) -> None:
         self.scratch = np.zeros((max(rows, 2 * self.scratch.shape[0]), k.SCRATCH_COLUMNS), np.int64)
 
-    def check_crcs(self, n: int, from_pos: int) -> None:
-        """CRC-32C of the batches the kernel listed that end after ``from_pos`` (in the read buffer); the
-        reference's error for a damaged one."""
-        buf = self.read
+    def check_crcs(self, buf: np.ndarray, n: int, from_pos: int) -> None:
+        """CRC-32C of the batches the kernel listed that end after ``from_pos`` (in ``buf``); the reference's error
+        for a damaged one."""
+        view = memoryview(buf)
         for pos, size, stored in self.spans[:n].tolist():
-            if pos + size > from_pos and crc32c(buf[pos + rb.ATTRIBUTES_AT : pos + size]) != stored:
+            if pos + size > from_pos and crc32c(view[pos + rb.ATTRIBUTES_AT : pos + size]) != stored:
                 rb.check_batch(buf, pos, available=size)
 
 
-# A kernel call over the read buffer: (buffer, position, bytes in it, position in the file of its byte 0) ->
-# (status, position it stopped at, spans listed, MAP_DONE / MAP_FULL offset).
+def _pread(fd: int, buf: np.ndarray, n: int, at: int) -> int:
+    """Read ``n`` bytes of the file at ``at`` into ``buf`` (fewer only at its end)."""
+    view = memoryview(buf)
+    done = 0
+    while done < n:
+        got = os.preadv(fd, [view[done:n]], at + done)
+        if got <= 0:
+            break
+        done += got
+    return done
+
+
+class _Chunks:
+    """A segment's first ``size`` bytes as chunks: chunk ``j`` holds the file from ``j * CHUNK_BYTES`` for
+    ``CHUNK_BYTES + OVERLAP_BYTES`` (so that a batch starting in it and no longer than the overlap is whole in it),
+    read into one of two buffers; asking for chunk ``j`` starts reading ``j + 1`` into the other in the
+    background (``pread`` and the kernel both release the GIL: the copy and the scan run on two cores)."""
+
+    def __init__(self, fd: int, size: int, work: _Work) -> None:
+        self.fd = fd
+        self.size = size
+        self.work = work
+        self.ahead: tuple[int, Future[int]] | None = None
+
+    def _read(self, j: int) -> int:
+        start = j * CHUNK_BYTES
+        return _pread(self.fd, self.work.chunks[j % 2], min(CHUNK_BYTES + OVERLAP_BYTES, self.size - start), start)
+
+    def get(self, j: int) -> tuple[np.ndarray, int]:
+        """Chunk ``j`` and the bytes in it."""
+        avail = -1
+        if self.ahead is not None:
+            ahead_j, future = self.ahead
+            self.ahead = None
+            got = future.result()  # (a read under way must end before its buffer is used again)
+            if ahead_j == j:
+                avail = got
+        if avail < 0:
+            avail = self._read(j)
+        if (j + 1) * CHUNK_BYTES < self.size:
+            self.ahead = (j + 1, self.work.reader.submit(self._read, j + 1))
+        return self.work.chunks[j % 2], avail
+
+    def close(self) -> None:
+        if self.ahead is not None:
+            self.ahead[1].result()
+            self.ahead = None
+
+
+# A kernel call: (buffer, position, bytes in it, limit: batches starting before it) -> (status, position it
+# stopped at, spans listed, MAP_DONE / MAP_FULL offset).
 _Step = Callable[[np.ndarray, int, int, int], tuple[int, int, int, int]]
 # A batch for the reference code: the pass's end offset if it ends there (map pass), else None.
 _Fallback = Callable[[bytes, rb.BatchHeader], "int | None"]
 
 
-def _scan(task: CleanTask, seg: SegmentSummary, work: _Work, throttle: Throttler, step: _Step, fallback: _Fallback,
-          checked: int = 0, on_full: Callable[[int], None] | None = None) -> tuple[int | None, int]:
-    """Run ``step`` over the segment's first ``seg.size`` bytes, chunk by chunk, and ``fallback`` on each batch it
-    leaves; CRC-check the batches listed past byte ``checked`` of the file. Returns (the offset the map pass ends
-    at, or None; the file position read and checked up to)."""
-    path = Path(task.directory) / (segment_name(seg.base_offset) + LOG_SUFFIX)
-    size = seg.size
-    with open(path, "rb", buffering=0) as f:
-        fd = f.fileno()
-        if os.fstat(fd).st_size < size:  # the reference reader raises where the file ends
-            for raw, h in _batches(path, size, task.io_buffer_bytes, throttle):
-                end = fallback(raw, h)
-                if end is not None:
-                    return end, size
-            return None, size
-        start = pos = avail = 0  # file position of the buffer's byte 0; position in it; bytes in it
-        while start + pos < size:
-            if pos == avail:
-                start += pos
-                pos = 0
-                avail = os.preadv(fd, [memoryview(work.read)[: min(len(work.read), size - start)]], start)
-                throttle.account(avail)
-            status, after, n, value = step(work.read, pos, avail, start)
-            work.check_crcs(n, checked - start)
-            pos = after
+class _Scan:
+    """One segment through a pass's kernel ``step``, the batches it leaves through ``fallback``, every batch
+    listed past byte ``checked`` of the file CRC-checked."""
+
+    def __init__(self, task: CleanTask, seg: SegmentSummary, work: _Work, throttle: Throttler, step: _Step,
+                 fallback: _Fallback, checked: int, on_full: Callable[[int], None] | None) -> None:
+        self.task = task
+        self.path = Path(task.directory) / (segment_name(seg.base_offset) + LOG_SUFFIX)
+        self.size = seg.size
+        self.work = work
+        self.throttle = throttle
+        self.step = step
+        self.fallback = fallback
+        self.checked = checked
+        self.on_full = on_full
+
+    def run(self) -> tuple[int | None, int]:
+        """(The offset the map pass ends at, or None; the file position read and checked up to.)"""
+        with open(self.path, "rb", buffering=0) as f:
+            self.fd = f.fileno()
+            if os.fstat(self.fd).st_size < self.size:  # the reference reader raises where the file ends
+                for raw, h in _batches(self.path, self.size, self.task.io_buffer_bytes, self.throttle):
+                    end = self.fallback(raw, h)
+                    if end is not None:
+                        return end, self.size
+                return None, self.size
+            chunks = _Chunks(self.fd, self.size, self.work)
+            try:
+                at = 0
+                while at < self.size:
+                    j = at // CHUNK_BYTES
+                    buf, avail = chunks.get(j)
+                    self.throttle.account(min(avail, CHUNK_BYTES))
+                    at, end = self._buffer(buf, at - j * CHUNK_BYTES, min(avail, CHUNK_BYTES), avail,
+                                           j * CHUNK_BYTES)
+                    if end is not None:
+                        return end, at
+            finally:
+                chunks.close()
+        return None, self.size
+
+    def _buffer(self, buf: np.ndarray, pos: int, limit: int, avail: int, base: int) -> tuple[int, int | None]:
+        """The batches of ``buf`` (the file from ``base``, ``avail`` bytes) that start from ``pos`` to ``limit``:
+        (the file position after them, the map pass's end offset or None)."""
+        work = self.work
+        while pos < limit:
+            status, pos, n, value = self.step(buf, pos, avail, limit)
+            work.check_crcs(buf, n, self.checked - base)
             if status == k.MAP_DONE or status == k.MAP_FULL:
-                return value, start + pos
+                return base + pos, value
             if status == k.NEED_SCRATCH:
-                work.grow_scratch(rb.parse_header(work.read, pos).record_count)
-            elif status == k.LISTS_FULL and on_full is not None:  # (the span list: checked above)
-                on_full(rb.read_prefix(work.read, pos)[1] + rb.LOG_OVERHEAD)
-            elif status == k.STRUCTURE:
-                header_cut = pos + rb.HEADER_SIZE > avail
-                whole = 0 if header_cut else rb.read_prefix(work.read, pos)[1] + rb.LOG_OVERHEAD
-                batch_cut = rb.HEADER_SIZE <= whole <= size - start - pos and pos + whole > avail
-                if start + avail < size and (header_cut or batch_cut):  # cut by the chunk's end: read from it
-                    if whole > len(work.read):  # a batch larger than the buffer
-                        work.read = np.empty(whole, np.uint8)
-                    start += pos
-                    pos = avail = 0
-                    continue
-                raw, h = next(_batches(path, size, task.io_buffer_bytes, throttle, start=start + pos))
-                start += pos + h.size
-                pos = avail = 0
-                end = fallback(raw, h)
-                if end is not None:
-                    return end, start
+                work.grow_scratch(rb.parse_header(buf, pos).record_count)
+            elif status == k.LISTS_FULL and self.on_full is not None:  # (the span list: checked above)
+                self.on_full(rb.read_prefix(buf, pos)[1] + rb.LOG_OVERHEAD)
             elif status == k.FALLBACK:
-                whole = rb.read_prefix(work.read, pos)[1] + rb.LOG_OVERHEAD
-                raw = work.read[pos : pos + whole].tobytes()
+                whole = rb.read_prefix(buf, pos)[1] + rb.LOG_OVERHEAD
+                raw = buf[pos : pos + whole].tobytes()
                 pos += whole
-                end = fallback(raw, rb.check_batch(raw, 0, available=whole))
+                end = self.fallback(raw, rb.check_batch(raw, 0, available=whole))
                 if end is not None:
-                    return end, start + pos
-    return None, size
+                    return base + pos, end
+            elif status == k.STRUCTURE:
+                at = base + pos
+                prefix = os.pread(self.fd, rb.LOG_OVERHEAD, at)
+                whole = rb.read_prefix(prefix)[1] + rb.LOG_OVERHEAD if len(prefix) == rb.LOG_OVERHEAD else 0
+                if pos + whole > avail and rb.HEADER_SIZE <= whole <= self.size - at:  # larger than the overlap
+                    big = np.empty(whole, np.uint8)
+                    self.throttle.account(_pread(self.fd, big, whole, at))
+                    after, end = self._buffer(big, 0, 1, whole, at)
+                else:  # damaged: the reference reader raises (or reads it as the reference would)
+                    raw, h = next(_batches(self.path, self.size, self.task.io_buffer_bytes, self.throttle, start=at))
+                    after, end = at + h.size, self.fallback(raw, h)
+                if end is not None:
+                    return after, end
+                pos = after - base
+        return base + pos, None
 
 
 class _Output:
@@ -216,12 +293,18 @@ class CompiledPass:
         self.latest = np.zeros(0, np.int64)
         self.last_offsets = np.array(sorted(set(task.producer_last_offsets.values())), np.int64)
 
+    def __enter__(self) -> CompiledPass:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.work.close()
+
     def build_offset_map(self) -> int:
         """Map the dirty part; the offset the map covers up to (exclusive)."""
         task, work, table = self.task, self.work, self.map.table
 
-        def step(buf: np.ndarray, pos: int, avail: int, start: int) -> tuple[int, int, int, int]:
-            return k.map_batches(buf, pos, avail, avail, task.first_dirty, task.first_uncleanable, table,
+        def step(buf: np.ndarray, pos: int, avail: int, limit: int) -> tuple[int, int, int, int]:
+            return k.map_batches(buf, pos, avail, limit, task.first_dirty, task.first_uncleanable, table,
                                  work.scratch, work.spans, work.counters)
 
         def fallback(raw: bytes, h: rb.BatchHeader) -> int | None:
@@ -231,7 +314,8 @@ class CompiledPass:
             for seg in task.segments:
                 if seg.next_offset <= task.first_dirty:
                     continue
-                end, self.checked[seg.base_offset] = _scan(task, seg, work, self.throttle, step, fallback)
+                end, self.checked[seg.base_offset] = _Scan(task, seg, work, self.throttle, step, fallback, 0,
+                                                           None).run()
                 if end is not None:
                     return end
             return task.first_uncleanable
@@ -250,9 +334,9 @@ class CompiledPass:
         counters = work.counters
         before = counters.copy()
 
-        def step(buf: np.ndarray, pos: int, avail: int, start: int) -> tuple[int, int, int, int]:
+        def step(buf: np.ndarray, pos: int, avail: int, limit: int) -> tuple[int, int, int, int]:
             status, after, n, m, out.pos = k.rewrite_batches(
-                buf, pos, avail, avail, task.first_dirty, mapped_to, latest, task.now_ms, last_offsets, table,
+                buf, pos, avail, limit, task.first_dirty, mapped_to, latest, task.now_ms, last_offsets, table,
                 work.scratch, work.spans, out.buf, out.pos, out.batches, counters)
             out.took(m, out.pos)
             return status, after, n, 0
@@ -271,7 +355,7 @@ class CompiledPass:
 
         try:
             for seg in group:
-                _scan(task, seg, work, throttle, step, fallback, self.checked.get(seg.base_offset, 0), on_full)
+                _Scan(task, seg, work, throttle, step, fallback, self.checked.get(seg.base_offset, 0), on_full).run()
             out.flush(writer)
             return writer.finish()
         finally:
@@ -295,6 +379,8 @@ def warm_up() -> None:
     work = _Work()
     out = _Output(1024)
     none = np.zeros(0, np.int64)
-    k.map_batches(work.read, 0, 0, 0, 0, 0, m.table, work.scratch, work.spans, work.counters)
-    k.rewrite_batches(work.read, 0, 0, 0, 0, -1, none, 0, none, m.table, work.scratch, work.spans, out.buf, 0,
+    buf = work.chunks[0]
+    k.map_batches(buf, 0, 0, 0, 0, 0, m.table, work.scratch, work.spans, work.counters)
+    k.rewrite_batches(buf, 0, 0, 0, 0, -1, none, 0, none, m.table, work.scratch, work.spans, out.buf, 0,
                       out.batches, work.counters)
+    work.close()

@@ -55,6 +55,7 @@ _ops = st.one_of(
 )
 _buffers = st.fixed_dictionaries({
     "CHUNK_BYTES": st.sampled_from([70, 150, 400, 1 << 20]),
+    "OVERLAP_BYTES": st.sampled_from([0, 40, 300, 1 << 16]),
     "SPAN_ROWS": st.sampled_from([1, 2, 4096]),
     "SCRATCH_ROWS": st.sampled_from([1, 3, 1024]),
     "OUTPUT_MIN_BYTES": st.sampled_from([1, 200, 1 << 16]),
