@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from odradek.broker.config import BrokerConfig, default_log_config, merge_dynamic
 from odradek.broker.fetch_session import FetchSessionCache
 from odradek.broker.group_runtime import OFFSETS_TOPIC, GroupRuntime
+from odradek.broker.listener_security import inter_broker_security
 from odradek.broker.producer_ids import ProducerIdAllocator, ZkProducerIdAllocator
 from odradek.broker.txn_runtime import TXN_STATE_TOPIC, TxnRuntime
 from odradek.clock import SYSTEM_CLOCK, Clock
@@ -184,7 +185,8 @@ class Broker:
         member.on_client_quotas = self._client_quotas_changed
         member.on_scram_credentials = lambda user: self.credentials.replace_user(
             user, member.scram_credentials.get(user, {}))
-        self.pool = pool = ConnectionPool(client_id=f"odradek-broker-{self.node_id}", resolve=member.address_of)
+        self.pool = pool = ConnectionPool(client_id=f"odradek-broker-{self.node_id}", resolve=member.address_of,
+                                          security=inter_broker_security(cfg))
         self.fetcher = fetcher = ReplicaFetcher(
             self.replicas, pool,
             config=FetcherConfig(cfg.replica_fetch_max_bytes, cfg.replica_fetch_response_max_bytes,

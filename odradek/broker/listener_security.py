@@ -24,11 +24,12 @@ from typing import Any
 
 from odradek.broker.authentication import SaslServer, SaslSettings
 from odradek.broker.config import SASL_MECHANISMS, SSL_IGNORED_KEYS, SSL_KEYS, BrokerConfig, ConfigError
-from odradek.protocol.sasl import PLAIN, create_server
-from odradek.security.jaas import JaasConfigError, parse_jaas_config, plain_users
+from odradek.client.connection import ClientSecurity
+from odradek.protocol.sasl import PLAIN, PlainClient, SaslClient, ScramClient, create_server
+from odradek.security.jaas import JaasConfigError, client_credentials, parse_jaas_config, plain_users
 from odradek.security.principal import PrincipalMappingError, SslPrincipalMapper
 from odradek.security.scram import ScramCredential
-from odradek.security.tls import SslConfigError, load_tls_settings, server_context
+from odradek.security.tls import SslConfigError, TlsSettings, client_context, load_tls_settings, server_context
 
 ScramLookup = Callable[[str, str], ScramCredential | None]  # (mechanism, user) -> credential
 
@@ -55,20 +56,61 @@ def listener_security(config: BrokerConfig, scram: ScramLookup | None = None) ->
     return {lst.name: _one(config, lst.name, lst.security_protocol, scram) for lst in config.listeners}
 
 
+def inter_broker_security(config: BrokerConfig) -> ClientSecurity:
+    """How this broker connects to the others: as a client of the inter-broker listener's protocol, with that
+    listener's trust store (and key store, for brokers that require client certificates) and, for SASL, the
+    mechanism ``sasl.mechanism.inter.broker.protocol`` with the ``username``/``password`` of that listener's JAAS
+    line for it (Kafka's habit: one JAAS line holds the broker's own login and the users it accepts)."""
+    name = config.inter_broker_listener_name
+    protocol = next(lst.security_protocol for lst in config.listeners if lst.name == name)
+    tls = None
+    if protocol in ("SSL", "SASL_SSL"):
+        try:
+            tls = client_context(_tls_settings(config, name))
+        except SslConfigError as e:
+            raise ConfigError(f"inter-broker listener {name}: {e}") from None
+    if not protocol.startswith("SASL_"):
+        return ClientSecurity(tls)
+    mechanism = str(config.values["sasl.mechanism.inter.broker.protocol"]).strip().upper()
+    enabled = _sasl(config, name, None).mechanisms
+    if mechanism not in enabled:
+        raise ConfigError(f"sasl.mechanism.inter.broker.protocol={mechanism} is not enabled on the inter-broker "
+                          f"listener {name} ({', '.join(enabled)}): enable it in sasl.enabled.mechanisms")
+    key = f"listener.name.{name.lower()}.{mechanism.lower()}.sasl.jaas.config"
+    jaas = config.listener_value(name, "sasl.jaas.config", mechanism)
+    if not jaas:
+        raise ConfigError(f"{key} is not set: the broker logs in to the others with its username and password")
+    try:
+        username, password = client_credentials(parse_jaas_config(jaas))
+    except JaasConfigError as e:
+        raise ConfigError(f"{key}: {e}") from None
+
+    def new_client() -> SaslClient:
+        if mechanism == PLAIN:
+            return PlainClient(username, password)
+        return ScramClient(mechanism, username, password)
+
+    return ClientSecurity(tls, mechanism, new_client)
+
+
+def _tls_settings(config: BrokerConfig, name: str) -> TlsSettings:
+    keys = {key: config.listener_value(name, key) for key, _, _ in SSL_KEYS}
+    keys.update({key: config.listener_value(name, key) for key in SSL_IGNORED_KEYS
+                 if config.listener_value(name, key) is not None})
+    return load_tls_settings(keys)
+
+
 def _one(config: BrokerConfig, name: str, protocol: str, scram: ScramLookup | None) -> ListenerSecurity:
     tls: ssl.SSLContext | None = None
     mapper: SslPrincipalMapper | None = None
     if protocol in ("SSL", "SASL_SSL"):
-        keys = {key: config.listener_value(name, key) for key, _, _ in SSL_KEYS}
-        keys.update({key: config.listener_value(name, key) for key in SSL_IGNORED_KEYS
-                     if config.listener_value(name, key) is not None})
         try:
-            tls = server_context(load_tls_settings(keys))
+            tls = server_context(_tls_settings(config, name))
         except SslConfigError as e:
             raise ConfigError(f"listener {name}: {e}") from None
         if protocol == "SSL":
             try:
-                mapper = SslPrincipalMapper(keys["ssl.principal.mapping.rules"])
+                mapper = SslPrincipalMapper(config.listener_value(name, "ssl.principal.mapping.rules"))
             except PrincipalMappingError as e:
                 raise ConfigError(f"listener {name}: ssl.principal.mapping.rules: {e}") from None
     sasl = _sasl(config, name, scram) if protocol.startswith("SASL_") else None

@@ -23,6 +23,10 @@ Invariants:
   on the broker (``max_wait``) needs a timeout longer than that wait, as Kafka's replica fetcher uses.
 - Fetch responses are decoded by kio, which gives each partition's ``records`` as ``bytes`` (or None
   when the broker sent none): the record batches exactly as the leader stored them.
+- Security (``ClientSecurity``, the inter-broker listener's protocol): TLS wraps the socket before anything is
+  sent (the context decides whether the peer's host name is checked); SASL runs right after ApiVersions
+  (SaslHandshake v1, then SaslAuthenticate until the mechanism completes), all within ``connect_timeout_ms``. A
+  refused handshake or a failed authentication closes the connection with the peer's message.
 """
 
 from __future__ import annotations
@@ -31,14 +35,16 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from odradek.protocol import apis, entities
 from odradek.protocol.errors import ErrorCode, KafkaError
 from odradek.protocol.frame import SIZE
+from odradek.protocol.sasl import SaslAuthenticationError, SaslClient
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +85,16 @@ def api_name(api_key: int) -> str:
     return r.name if r is not None else f"api {api_key}"
 
 
+@dataclass(frozen=True, slots=True)
+class ClientSecurity:
+    """How connections to other brokers are secured: a client ``SSLContext`` for SSL/SASL_SSL, and for
+    SASL_PLAINTEXT/SASL_SSL the mechanism and a factory of a fresh client exchange per connection."""
+
+    tls: ssl.SSLContext | None = None
+    sasl_mechanism: str | None = None
+    new_sasl_client: Callable[[], SaslClient] | None = None
+
+
 @dataclass(slots=True)
 class _InFlight:
     correlation_id: int
@@ -97,7 +113,8 @@ class BrokerConnection:
     def __init__(self, host: str, port: int, *, client_id: str = DEFAULT_CLIENT_ID,
                  connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS,
                  request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
-                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES) -> None:
+                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+                 security: ClientSecurity | None = None) -> None:
         if connect_timeout_ms <= 0 or request_timeout_ms <= 0 or max_response_bytes <= 0:
             raise ValueError("connect_timeout_ms, request_timeout_ms and max_response_bytes must be positive")
         self.host = host
@@ -106,6 +123,7 @@ class BrokerConnection:
         self.connect_timeout_ms = connect_timeout_ms
         self.request_timeout_ms = request_timeout_ms
         self.max_response_bytes = max_response_bytes
+        self.security = security or ClientSecurity()
         self._state = "new"  # new -> connecting -> open -> closed; never back
         self._writer: asyncio.StreamWriter | None = None
         self._read_task: asyncio.Task[None] | None = None
@@ -159,7 +177,9 @@ class BrokerConnection:
         self._state = "connecting"
         try:
             async with asyncio.timeout(self.connect_timeout_ms / 1000):
-                reader, writer = await asyncio.open_connection(self.host, self.port)
+                tls = self.security.tls
+                reader, writer = await asyncio.open_connection(
+                    self.host, self.port, **({"ssl": tls, "server_hostname": self.host} if tls is not None else {}))
                 self._writer = writer
                 sock = writer.get_extra_info("socket")
                 if sock is not None:
@@ -167,6 +187,8 @@ class BrokerConnection:
                 self._read_task = asyncio.create_task(self._read_loop(reader),
                                                       name=f"odradek-client-read-{self.host}:{self.port}")
                 self._peer_versions = await self._negotiate()
+                if self.security.new_sasl_client is not None:
+                    await self._authenticate()
         except TimeoutError:
             err = self._error(f"could not connect and negotiate API versions within {self.connect_timeout_ms} ms "
                               "(connect_timeout_ms); check that the broker is up and its advertised address is right")
@@ -202,6 +224,35 @@ class BrokerConnection:
         if response.error_code != ErrorCode.NONE:
             raise self._error(f"ApiVersions failed with {_error_name(response.error_code)}")
         return {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys}
+
+    async def _authenticate(self) -> None:
+        """SaslHandshake v1 naming the mechanism, then SaslAuthenticate with each token of the exchange."""
+        mechanism = self.security.sasl_mechanism or ""
+        assert self.security.new_sasl_client is not None
+        handshake = await self._request(apis.SASL_HANDSHAKE, 1, entities.build(
+            apis.request_class(apis.SASL_HANDSHAKE, 1), {"mechanism": mechanism}), None)
+        if handshake.error_code != ErrorCode.NONE:
+            raise self._error(f"SASL mechanism {mechanism} refused ({_error_name(handshake.error_code)}); the "
+                              f"broker enables {', '.join(handshake.mechanisms) or 'none'}: check "
+                              "sasl.mechanism.inter.broker.protocol and sasl.enabled.mechanisms")
+        lo, hi = self._peer_versions.get(apis.SASL_AUTHENTICATE, (0, -1))
+        version = min(hi, apis.SUPPORTED[apis.SASL_AUTHENTICATE].max_version)
+        if version < lo:
+            raise self._error("no common version of SaslAuthenticate")
+        client = self.security.new_sasl_client()
+        try:
+            token = client.first()
+            while True:
+                answer = await self._request(apis.SASL_AUTHENTICATE, version, entities.build(
+                    apis.request_class(apis.SASL_AUTHENTICATE, version), {"auth_bytes": token}), None)
+                if answer.error_code != ErrorCode.NONE:
+                    raise self._error(f"SASL/{mechanism} authentication failed: "
+                                      f"{answer.error_message or _error_name(answer.error_code)}")
+                token = client.respond(bytes(answer.auth_bytes))
+                if client.complete:
+                    return
+        except SaslAuthenticationError as e:
+            raise self._error(f"SASL/{mechanism} authentication failed on our side: {e}") from None
 
     def version_for(self, api_key: int, highest: int | None = None) -> int:
         """The highest version of ``api_key`` both sides support.

@@ -32,6 +32,7 @@ from odradek.client.connection import (
     DEFAULT_REQUEST_TIMEOUT_MS,
     BrokerConnection,
     BrokerConnectionError,
+    ClientSecurity,
 )
 from odradek.clock import Clock
 
@@ -100,8 +101,10 @@ class ConnectionPool:
                  reconnect_backoff_ms: int = RECONNECT_BACKOFF_MS,
                  reconnect_backoff_max_ms: int = RECONNECT_BACKOFF_MAX_MS,
                  clock: Clock | None = None,
-                 draw: Callable[[], float] = random.random) -> None:
+                 draw: Callable[[], float] = random.random,
+                 security: ClientSecurity | None = None) -> None:
         self.client_id = client_id
+        self.security = security
         self._resolve = resolve
         self._connect_timeout_ms = connect_timeout_ms
         self._request_timeout_ms = request_timeout_ms
@@ -151,7 +154,7 @@ class ConnectionPool:
             connection = BrokerConnection(address[0], address[1], client_id=self.client_id,
                                           connect_timeout_ms=self._connect_timeout_ms,
                                           request_timeout_ms=self._request_timeout_ms,
-                                          max_response_bytes=self._max_response_bytes)
+                                          max_response_bytes=self._max_response_bytes, security=self.security)
             try:
                 await connection.connect()
             except BrokerConnectionError:
