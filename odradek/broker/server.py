@@ -222,8 +222,9 @@ class Server:
                     await self._mute(state)
                 unauthenticated = auth is not None and not auth.authenticated
                 try:  # before authentication only small frames (Kafka's sasl.server.max.receive.size)
-                    size = frame_size(await reader.readexactly(4),
-                                      self.config.sasl_server_max_receive_size if unauthenticated else limit)
+                    prefix = await reader.readexactly(4)
+                    size = (frame_size(prefix, self.config.sasl_server_max_receive_size, "sasl.server.max.receive.size")
+                            if unauthenticated else frame_size(prefix, limit))
                 except FrameError as e:
                     log.warning("closing connection from %s: %s", peer, e)
                     return

@@ -30,17 +30,19 @@ class FrameError(Exception):
 
 
 class FrameTooLargeError(FrameError):
-    def __init__(self, size: int, limit: int) -> None:
-        super().__init__(f"request size {size} exceeds socket.request.max.bytes={limit}")
+    def __init__(self, size: int, limit: int, key: str = "socket.request.max.bytes") -> None:
+        super().__init__(f"request size {size} exceeds {key}={limit}")
         self.size = size
         self.limit = limit
 
 
-def frame_size(prefix: bytes | bytearray | memoryview, max_frame_size: int) -> int:
-    """The body size a 4-byte size prefix announces; raises before anything is allocated for it."""
+def frame_size(prefix: bytes | bytearray | memoryview, max_frame_size: int,
+               key: str = "socket.request.max.bytes") -> int:
+    """The body size a 4-byte size prefix announces; raises before anything is allocated for it (``key``: the
+    setting the limit comes from, for the message)."""
     (size,) = SIZE.unpack_from(prefix, 0)
     if size > max_frame_size:
-        raise FrameTooLargeError(size, max_frame_size)
+        raise FrameTooLargeError(size, max_frame_size, key)
     if size <= 0:
         raise FrameError(f"request size {size} is invalid")
     return size

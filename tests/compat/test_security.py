@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import socket
 import ssl
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -158,3 +159,34 @@ def _closed(s: socket.socket) -> bool:
     except (ConnectionError, ssl.SSLError):
         pass
     return True
+
+
+def test_clients_re_authenticate_before_their_session_ends(setup: Setup, tmp_path: Path,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    """KIP-368 with librdkafka and kafka-python: with connections.max.reauth.ms set, the clients re-authenticate on
+    their open connections and go on producing; no connection is closed for an expired session."""
+    caplog.set_level(logging.DEBUG, logger="odradek.broker")
+    props = {**setup.props, "connections.max.reauth.ms": "1000"}
+    b = inprocess.InProcessBroker(tmp_path, props)
+    try:
+        s = setup.security("SASL_PLAINTEXT")
+        from confluent_kafka import Producer
+
+        from tests.compat.secure_clients import confluent_config
+
+        p = Producer({**confluent_config(bootstrap(b, "SASL_PLAINTEXT"), s), "acks": "all", "linger.ms": 0})
+        failed: list[object] = []
+        for i in range(12):  # ~3.6 s: more than three sessions
+            p.produce("reauth", b"%d" % i, on_delivery=lambda err, _m: failed.append(err) if err else None)
+            p.flush(10)
+            time.sleep(0.3)
+        assert p.flush(10) == 0 and not failed
+    finally:
+        b.close()
+    logins: dict[str, int] = {}
+    for r in caplog.records:
+        if "authenticated as User:alice" in r.getMessage():
+            peer = r.getMessage().split("connection from ")[1].split(" ")[0]
+            logins[peer] = logins.get(peer, 0) + 1
+    assert max(logins.values()) >= 3, logins  # one connection authenticated again and again
+    assert not any("session expired" in r.getMessage() for r in caplog.records)
