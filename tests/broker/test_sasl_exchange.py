@@ -200,3 +200,30 @@ def test_the_broker_never_logs_a_password(node: inprocess.InProcessBroker, caplo
         c.is_closed_by_peer()
     assert not any("hunter2" in r.getMessage() for r in caplog.records)
     assert any("failed authentication" in r.getMessage() for r in caplog.records)
+
+
+def test_user_quotas_apply_to_the_authenticated_user(node: inprocess.InProcessBroker) -> None:
+    """A ``producer_byte_rate`` quota of user alice throttles her SASL connections, not bob's (KIP-55's user quotas:
+    the principal is the quota's user)."""
+    with Conn(node.address) as admin:
+        r = admin.request(apis.ALTER_CLIENT_QUOTAS, 1, {"validate_only": False, "entries": [{
+            "entity": [{"entity_type": "user", "entity_name": "alice"}],
+            "ops": [{"key": "producer_byte_rate", "value": 1000.0, "remove": False}]}]})
+        assert [int(e.error_code) for e in r.entries] == [0]
+        wire.ensure_topic(admin, "quota-by-user")
+    records = wire.batch(b"q" * 30_000)
+    try:
+        throttles = {}
+        for user in ("alice", "bob"):
+            with sasl(node) as c:
+                login(c, user, f"{user}-secret")
+                response = c.request(apis.PRODUCE, wire.PRODUCE_V, wire.produce_values("quota-by-user", 0, records))
+                assert int(response.responses[0].partition_responses[0].error_code) == 0
+                throttles[user] = response.throttle_time
+        assert throttles["alice"] > timedelta(0)
+        assert throttles["bob"] == timedelta(0)
+    finally:
+        with Conn(node.address) as admin:
+            admin.request(apis.ALTER_CLIENT_QUOTAS, 1, {"validate_only": False, "entries": [{
+                "entity": [{"entity_type": "user", "entity_name": "alice"}],
+                "ops": [{"key": "producer_byte_rate", "value": 0.0, "remove": True}]}]})
