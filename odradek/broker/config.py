@@ -35,6 +35,7 @@ from odradek.cluster.model import Endpoint
 from odradek.coordinator.group.config import GroupConfig
 from odradek.coordinator.txn.config import TxnConfig
 from odradek.protocol.errors import ErrorCode, InvalidConfigError, KafkaError
+from odradek.security.authorizer import AUTHORIZER_CLASSES, parse_authorizer_class_name, parse_super_users
 from odradek.storage.cleaner.cleaner import CleanerConfig
 from odradek.storage.config import HOURS, LONG_MAX, MINUTES, TOPIC_TO_BROKER_KEY, LogConfig, MiB
 
@@ -227,6 +228,10 @@ KEYS: dict[str, Key] = {
         _k("sasl.server.max.receive.size", int, 524288, "largest request before and during SASL authentication"),
         _k("connections.max.reauth.ms", int, 0, "SASL session lifetime; clients re-authenticate (0: never)"),
         _k("connection.failed.authentication.delay.ms", int, 100, "delay of the answer to a failed authentication"),
+        _k("authorizer.class.name", parse_authorizer_class_name, "",
+           f"ACL authorizer: {' or '.join(AUTHORIZER_CLASSES)} (both are Kafka's ACLs); empty: no authorization"),
+        _k("super.users", parse_super_users, "", "principals allowed everything, User:alice;User:bob"),
+        _k("allow.everyone.if.no.acl.found", _bool, False, "a resource without any ACL is open to everyone"),
         *(_k(key, str, default, doc) for key, default, doc in SSL_KEYS),
         *(_k(key, str, None, "Java-specific", True) for key in SSL_IGNORED_KEYS),
         # Accepted for compatibility with Kafka's server.properties; no effect here.

@@ -14,6 +14,8 @@ Invariants:
   the same document; files without the fields have none.
 - SCRAM credentials (``scram_credentials``: user -> mechanism -> Kafka's credential string, salt and keys only,
   never a password) are kept there too, apart from the quotas of the same user.
+- ACLs (``acls``: Kafka's stored form per resource pattern, ``security/acl_stored.py`` reads and writes it) are
+  kept there too, as the authorizer's single-node storage.
 - Every change is persisted before it is visible to requests (``write_atomically``).
 """
 
@@ -25,6 +27,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from odradek.protocol.errors import (
     InvalidPartitionsError,
@@ -100,6 +103,7 @@ class TopicRegistry:
         self.broker_configs: dict[str, dict[str, str]] = {}
         self.client_quotas: dict[tuple[tuple[str, str | None], ...], dict[str, str]] = {}  # quota entity -> configs
         self.scram_credentials: dict[str, dict[str, str]] = {}  # user -> mechanism -> credential string
+        self.acls: list[Any] = []  # ACLs per resource pattern, as security/acl_stored.py writes them
         self._by_id: dict[uuid.UUID, Topic] = {}
         self.cluster_id = self._load(cluster_id)
         for d in log_dirs:
@@ -127,6 +131,7 @@ class TopicRegistry:
                 for user, credentials in dict(doc.get("scram_credentials", {})).items():  # absent from older files
                     if credentials:
                         self.scram_credentials[str(user)] = {str(m): str(c) for m, c in dict(credentials).items()}
+                self.acls = list(doc.get("acls", []))  # absent from older files
             except (OSError, ValueError, KeyError, TypeError) as e:
                 raise KafkaError(f"cluster metadata file {self.path} is unreadable: {e}") from e
             if cluster_id and cluster_id != stored:
@@ -153,6 +158,7 @@ class TopicRegistry:
             "client_quotas": [{"entity": [list(c) for c in e], "configs": c}
                               for e, c in sorted(self.client_quotas.items(), key=lambda i: repr(i[0])) if c],
             "scram_credentials": {u: dict(sorted(c.items())) for u, c in sorted(self.scram_credentials.items()) if c},
+            "acls": self.acls,
         }
         self.path.parent.mkdir(parents=True, exist_ok=True)
         write_atomically(self.path, json.dumps(doc, indent=1).encode())
@@ -225,6 +231,11 @@ class TopicRegistry:
             self.scram_credentials[user] = dict(credentials)
         else:
             self.scram_credentials.pop(user, None)
+        self._save()
+
+    def set_acls(self, acls: list[Any]) -> None:
+        """Replace every stored ACL (``security/acl_stored.py``'s document); persisted at once."""
+        self.acls = list(acls)
         self._save()
 
 
