@@ -52,6 +52,9 @@ from odradek.quota.entity import describe as describe_entity
 from odradek.replica.manager import ReplicaManager
 from odradek.replica.partition import Partition
 from odradek.replica.throttle import ReplicationThrottle
+from odradek.security.acl_storage import AclStore
+from odradek.security.authorizer import Authorizer
+from odradek.security.authorizer import from_config as authorizer_from_config
 from odradek.security.credentials import CredentialStore, StoredCredentials
 from odradek.storage.config import LogConfig
 from odradek.storage.log import AppendInfo, Log
@@ -119,6 +122,10 @@ class Broker:
         # SCRAM users' credentials (security/credentials.py), from ZooKeeper or the metadata file; SASL logins
         # look them up through ``credentials.lookup``
         self.credentials = CredentialStore()
+        # The ACL authorizer (security/authorizer.py; None: authorizer.class.name unset, nothing is checked) and
+        # the ACLs' storage feeding it (security/acl_storage.py), set up by start()/start_cluster()
+        self.authorizer: Authorizer | None = authorizer_from_config(config.values)
+        self.acl_store: AclStore | None = None
         self.groups = GroupRuntime(self, config.group_config, config.offsets_segment_bytes)
         self.txns = TxnRuntime(self, config.txn_config, config.txn_state_segment_bytes)
         self.started = False
@@ -146,6 +153,8 @@ class Broker:
         self.log_manager.default_config = self.log_defaults
         self._client_quotas_changed()
         self.credentials.replace_all(self.topics.scram_credentials)
+        if self.authorizer is not None:
+            self.acl_store = AclStore.single_node(self.authorizer, self.topics)
         # Logs were opened before the registry was read: give each its topic's overrides.
         for lg in self.log_manager.logs():
             lg.update_config(self.log_config_for(lg.topic))
@@ -199,6 +208,9 @@ class Broker:
         self._broker_configs_changed()
         self._client_quotas_changed()
         self.credentials.replace_all(member.scram_credentials)
+        if self.authorizer is not None:
+            assert member.zk is not None
+            self.acl_store = await AclStore.zookeeper(self.authorizer, member.zk)
         for d in cfg.log_dirs:
             check_meta_properties(d, cluster_id, self.node_id)
         zk = member.zk

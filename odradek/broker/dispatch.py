@@ -27,6 +27,7 @@ from typing import Any
 from odradek.broker import throttle
 from odradek.broker.context import CloseConnection, Deferred, RawResponse, RequestContext
 from odradek.broker.handlers import (
+    acls,
     admin_configs,
     admin_topics,
     api_versions,
@@ -115,6 +116,9 @@ HANDLERS: dict[int, Handler] = {
     apis.SASL_AUTHENTICATE: sasl.handle_sasl_authenticate,
     apis.DESCRIBE_USER_SCRAM_CREDENTIALS: scram_credentials.handle_describe_user_scram_credentials,
     apis.ALTER_USER_SCRAM_CREDENTIALS: scram_credentials.handle_alter_user_scram_credentials,
+    apis.DESCRIBE_ACLS: acls.handle_describe_acls,
+    apis.CREATE_ACLS: acls.handle_create_acls,
+    apis.DELETE_ACLS: acls.handle_delete_acls,
 }
 assert set(HANDLERS) == set(apis.SUPPORTED), "every advertised API needs a handler"
 

@@ -81,6 +81,9 @@ DESCRIBE_USER_SCRAM_CREDENTIALS = 50
 ALTER_USER_SCRAM_CREDENTIALS = 51
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36
+DESCRIBE_ACLS = 29
+CREATE_ACLS = 30
+DELETE_ACLS = 31
 
 SUPPORTED: dict[int, ApiRange] = _table(
     (PRODUCE, "Produce", 3, 12),
@@ -112,6 +115,9 @@ SUPPORTED: dict[int, ApiRange] = _table(
     (DESCRIBE_USER_SCRAM_CREDENTIALS, "DescribeUserScramCredentials", 0, 0),
     (ALTER_USER_SCRAM_CREDENTIALS, "AlterUserScramCredentials", 0, 0),
     (SASL_AUTHENTICATE, "SaslAuthenticate", 0, 2),
+    (DESCRIBE_ACLS, "DescribeAcls", 1, 3),
+    (CREATE_ACLS, "CreateAcls", 1, 3),
+    (DELETE_ACLS, "DeleteAcls", 1, 3),
     (INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigs", 0, 1),
     (DESCRIBE_LOG_DIRS, "DescribeLogDirs", 1, 4),
     (ELECT_LEADERS, "ElectLeaders", 0, 2),
