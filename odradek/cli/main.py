@@ -7,6 +7,7 @@ import logging
 import sys
 
 from odradek.cli import (
+    acls,
     cluster,
     configs,
     consume,
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     reassign.add_parser(sub)
     leader_election.add_parser(sub)
     log_dirs.add_parser(sub)
+    acls.add_parser(sub)
     return parser
 
 
