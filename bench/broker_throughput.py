@@ -57,6 +57,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,16 +119,20 @@ def _cores(cpu: float, secs: float) -> float:
 
 
 def produce_once(tool: PerfTool, broker: Broker, size: int, acks: str, count: int, max_seconds: float,
-                 scratch: Path, *, idempotent: bool = False, transaction_ms: int = 0, warmup: bool = False) -> Run:
+                 scratch: Path, *, idempotent: bool = False, transaction_ms: int = 0, warmup: bool = False,
+                 topic: str = TOPIC, bootstrap: str | None = None, extra: Sequence[str] = ()) -> Run:
     """``transaction_ms`` > 0: a transactional producer committing every ``transaction_ms`` ms; ``warmup``:
-    the clock starts after one record is delivered (connected, producer id obtained)."""
+    the clock starts after one record is delivered (connected, producer id obtained). ``bootstrap`` (default the
+    broker's PLAINTEXT address) and ``extra`` (more options, e.g. ``-X security.protocol=SSL``) select another
+    listener and its client settings."""
     settle()
     prewarm(scratch, int(count * (size + 40) * 1.1) + 64 * MiB)
     cpu0 = broker.cpu()
-    extra = ["-X", f"transactional.id=bench-{time.monotonic_ns()}"] if transaction_ms else []
-    r = run_perf(tool, ["-P", "-t", TOPIC, "-p", "0", "-b", broker.bootstrap, "-s", str(size), "-c", str(count),
-                        "-a", acks, "-X", f"enable.idempotence={str(idempotent or bool(transaction_ms)).lower()}",
-                        "-X", "linger.ms=5", *extra], max_seconds,
+    txn = ["-X", f"transactional.id=bench-{time.monotonic_ns()}"] if transaction_ms else []
+    r = run_perf(tool, ["-P", "-t", topic, "-p", "0", "-b", bootstrap or broker.bootstrap, "-s", str(size), "-c",
+                        str(count), "-a", acks, "-X",
+                        f"enable.idempotence={str(idempotent or bool(transaction_ms)).lower()}",
+                        "-X", "linger.ms=5", *txn, *extra], max_seconds,
                  env={"BENCH_TXN_MS": str(transaction_ms), **({"BENCH_WARMUP": "1"} if warmup else {})})
     cpu = broker.cpu() - cpu0
     failed = re.findall(r"(\d+) failed\)", r.output)
@@ -139,10 +144,12 @@ def produce_once(tool: PerfTool, broker: Broker, size: int, acks: str, count: in
 
 
 def consume_once(tool: PerfTool, broker: Broker, count: int, max_seconds: float, *,
-                 isolation: str = "read_uncommitted") -> Run:
+                 isolation: str = "read_uncommitted", topic: str = TOPIC, bootstrap: str | None = None,
+                 extra: Sequence[str] = (), start: str = "beginning") -> Run:
+    """``topic``, ``bootstrap`` and ``extra`` as for ``produce_once``; ``start``: the first offset (``-o``)."""
     cpu0 = broker.cpu()
-    r = run_perf(tool, ["-C", "-t", TOPIC, "-p", "0", "-b", broker.bootstrap, "-o", "beginning",
-                        "-c", str(count), "-X", f"isolation.level={isolation}"], max_seconds)
+    r = run_perf(tool, ["-C", "-t", topic, "-p", "0", "-b", bootstrap or broker.bootstrap, "-o", start,
+                        "-c", str(count), "-X", f"isolation.level={isolation}", *extra], max_seconds)
     cpu = broker.cpu() - cpu0
     if r.records < count and not r.timed_out:
         raise RuntimeError(f"{broker.kind}: consumed {r.records} of {count}:\n{r.output[-2000:]}")
