@@ -10,8 +10,10 @@ must know the response size, and answers a throttled fetch with no records.
 
 The server times each request from its frame to its written response with ``Timed``, counting only the steps
 that actually ran on the loop (not the time parked in a long poll or a rebalance: Kafka counts request-handler
-and network-thread time, not purgatory time), and charges it to ``request_percentage`` with
-``charge_loop_time``.
+and network-thread time, not purgatory time), and ``charge_loop_time`` keeps it for the connection's next request,
+whose ``before`` records it to ``request_percentage`` and measures the throttle in one step. (The time of the
+request being answered is only known once it is written, so its throttle counts the requests before it either
+way.)
 
 Muting follows KIP-219: the server reads nothing more from a throttled connection until its throttle time is
 over (``MUTED_UNTIL``), and sends the response at once to clients whose request version tells them to back off
@@ -40,14 +42,16 @@ T = TypeVar("T")
 MUTED_UNTIL = "muted_until"  # connection state: time.monotonic() until which nothing is read
 DELAY_UNTIL = "delay_until"  # connection state: time.monotonic() before which the response is not sent
 REQUEST_BOUND = "request_bound"  # connection state: the request_percentage bound the current request charges
+UNCHARGED = "uncharged"  # connection state: (bound, seconds) of the last request, charged by the next one
 
 
 def charge_loop_time(quotas: ClientQuotas, state: dict[str, Any], seconds: float) -> None:
-    """Charge the loop time the connection's last request held (decoding, handling, encoding, writing) to its
-    client's ``request_percentage``."""
+    """Keep the loop time the connection's last request held (decoding, handling, encoding, writing) for its
+    client's ``request_percentage``: recorded by the connection's next request, in the same step that measures
+    that request's throttle (one rate update per request)."""
     bound = state.pop(REQUEST_BOUND, None)
     if bound is not None:
-        quotas.record_request_time(bound, seconds)
+        state[UNCHARGED] = (bound, seconds)
 
 # The first version of each response that tells the client to back off by itself (KIP-219; Kafka's
 # ``AbstractResponse.shouldClientThrottle``). Earlier versions, and APIs not listed, get a delayed response.
@@ -73,8 +77,12 @@ def before(ctx: RequestContext, api_key: int, request: Any, size: int) -> None:
     throttle = 0
     if api_key == apis.PRODUCE and q.produce is not None:
         throttle = quotas.record(q.produce, size)
-    if q.request is not None:
-        throttle = max(throttle, quotas.record_request_time(q.request, 0.0))  # the earlier requests' share
+    uncharged = ctx.connection.pop(UNCHARGED, None)  # the connection's last request's loop time
+    if uncharged is not None and uncharged[0] is not q.request:
+        quotas.record_request_time(*uncharged)  # its bound is not this one's (the quotas changed)
+        uncharged = None
+    if q.request is not None:  # the earlier requests' share, the last one's included
+        throttle = max(throttle, quotas.record_request_time(q.request, uncharged[1] if uncharged else 0.0))
     ctx.throttle_ms = throttle
 
 

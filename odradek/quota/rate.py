@@ -6,17 +6,21 @@ the samples not older than the whole span, divided by the time they cover, which
 ``(windows - 1)`` full windows (so a burst right after a quiet period does not read as an infinite rate, as
 in Kafka's ``Rate.windowSize``).
 
-Invariants: ``record`` and ``rate`` are a few integer operations (no allocation per call); samples older
-than ``windows * window_ms`` never count; a rate is never negative.
+Invariants: ``record`` and ``rate`` are a few integer operations (no allocation per call; the sum over the
+other live windows is recomputed once per window); samples older than ``windows * window_ms`` never count; a
+rate is never negative.
 """
 
 from __future__ import annotations
 
 from odradek.clock import Clock
 
+_EMPTY = -(1 << 62)  # the start of a slot that never held a window: never live, whatever the clock reads
+
 
 class WindowedRate:
-    __slots__ = ("_clock", "_counts", "_starts", "_window_ms", "_windows")
+    __slots__ = ("_base_oldest", "_base_total", "_cached_start", "_clock", "_counts", "_starts", "_window_ms",
+                 "_windows")
 
     def __init__(self, clock: Clock, *, windows: int = 11, window_ms: int = 1000) -> None:
         if windows < 2 or window_ms < 1:
@@ -25,7 +29,12 @@ class WindowedRate:
         self._windows = windows
         self._window_ms = window_ms
         self._counts: list[float] = [0] * windows
-        self._starts = [-1] * windows  # start (ms) of the window each slot holds; -1: empty
+        self._starts = [_EMPTY] * windows  # start (ms) of the window each slot holds
+        # The live windows other than the current one change only when the current window does: their sum and
+        # oldest start are kept for the current window's start (``_cached_start``), so a measure is O(1).
+        self._cached_start = _EMPTY
+        self._base_total: float = 0
+        self._base_oldest = 0
 
     def _slot(self, now: int) -> int:
         start = now - now % self._window_ms
@@ -58,12 +67,18 @@ class WindowedRate:
         return self._measure(now)
 
     def _measure(self, now: int) -> tuple[float, int]:
-        oldest_allowed = now - self._windows * self._window_ms
-        total: float = 0
-        oldest = now
-        for start, count in zip(self._starts, self._counts, strict=True):
-            if start > oldest_allowed:
-                total += count
-                if start < oldest:
-                    oldest = start
-        return total, max(now - oldest, (self._windows - 1) * self._window_ms)
+        """At ``now``, once ``_slot(now)`` made the current window's slot current."""
+        start = now - now % self._window_ms
+        current = (start // self._window_ms) % self._windows
+        if start != self._cached_start:  # a new current window: which others are live changed
+            oldest_allowed = now - self._windows * self._window_ms  # constant within a window (integer ms)
+            base: float = 0
+            oldest = start
+            for i, (s, count) in enumerate(zip(self._starts, self._counts, strict=True)):
+                if i != current and s > oldest_allowed:
+                    base += count
+                    if s < oldest:
+                        oldest = s
+            self._cached_start, self._base_total, self._base_oldest = start, base, oldest
+        total = self._base_total + self._counts[current]
+        return total, max(now - self._base_oldest, (self._windows - 1) * self._window_ms)
