@@ -29,8 +29,13 @@ Invariants:
   deletes a file of the log.
 - Offsets never change (``batch_filter``); a cleaned segment's batches are exactly the kept batches of the
   segments it replaces, in order.
-- Memory: the offset map (``memory_bytes``), one read chunk (``io_buffer_bytes``, larger only for a larger
-  batch) and one write chunk — whatever the log's size.
+- Memory: the offset map (``memory_bytes``), read and write buffers (``io_buffer_bytes``, the compiled path's
+  chunks: ``compiled_pass``; larger only for a larger batch) — whatever the log's size.
+
+Two implementations run these rules: this module's Python code (the reference, ``compiled=False``), and the
+compiled kernel (``compiled_pass``, ``kernel``, ``key_table``), which does the common batches — uncompressed,
+non-transactional data batches that are not a producer's last and need no new delete horizon — and hands every
+other batch to this module's per-batch code, over the same map and the same output. Both write the same bytes.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from odradek.protocol import batch as rb
 from odradek.protocol.errors import CorruptRecordError
@@ -138,19 +144,22 @@ class Throttler:
             self.stats.throttled_seconds += ahead
 
 
-_MAPS: dict[tuple[int, float], OffsetMap] = {}
+_Map = TypeVar("_Map", bound=KeyOffsets)
+_MAPS: dict[tuple[type, int, float], KeyOffsets] = {}
 
 
-def _offset_map(memory_bytes: int, load_factor: float) -> OffsetMap:
-    """The worker's map, allocated once per size and cleared between logs (its buffer stays the configured
-    size: the worker's memory does not grow with the logs it cleans)."""
-    key = (memory_bytes, load_factor)
+def _offset_map(kind: type[_Map], memory_bytes: int, load_factor: float) -> _Map:
+    """The worker's map of this kind (the reference ``OffsetMap`` or the compiled one), allocated once per size
+    and cleared between logs (its buffer stays the configured size: the worker's memory does not grow with the
+    logs it cleans; one map at a time)."""
+    key = (kind, memory_bytes, load_factor)
     m = _MAPS.get(key)
     if m is None:
         _MAPS.clear()
-        m = _MAPS[key] = OffsetMap(memory_bytes, load_factor)
+        m = _MAPS[key] = kind(memory_bytes, load_factor)  # type: ignore[call-arg]
     else:
         m.clear()
+    assert isinstance(m, kind)
     return m
 
 
@@ -426,13 +435,13 @@ def clean(task: CleanTask, *, compiled: bool = True) -> CleanResult:
     throttle = Throttler(task.max_io_bytes_per_second, stats)
     aborted = _Aborted(task.aborted)
     if not compiled:
-        offset_map = _offset_map(task.memory_bytes, task.load_factor)
+        offset_map = _offset_map(OffsetMap, task.memory_bytes, task.load_factor)
         end = build_offset_map(task, offset_map, aborted, stats, throttle)
         cleaned = _rewrite(task, offset_map, aborted, stats, throttle, end, _write_group)
     else:
         from odradek.storage.cleaner import compiled_pass  # numba: imported by workers only
 
-        compiled_map = compiled_pass.offset_map(task.memory_bytes, task.load_factor)
+        compiled_map = _offset_map(compiled_pass.CompiledOffsetMap, task.memory_bytes, task.load_factor)
         with compiled_pass.CompiledPass(task, compiled_map, aborted, stats, throttle) as run:
             end = run.build_offset_map()
             cleaned = _rewrite(task, compiled_map, aborted, stats, throttle, end, run.write_group)

@@ -1,13 +1,15 @@
 """The log cleaner of a broker: which log to clean next, who cleans it, and where its progress is kept (Kafka's
 ``LogCleaner`` and ``LogCleanerManager``).
 
-Execution model: cleaning is CPU-heavy Python (every record of a compacted log is read at each pass), and the
-broker's event loop must not wait on it. So each of the ``log.cleaner.threads`` cleaner threads owns one worker
-*process* (spawned on first use, at nice 19 so that the broker's threads win the CPU): the thread plans a pass from
+Execution model: cleaning is CPU-heavy (every record of a compacted log is read at each pass: a compiled kernel,
+``compiled_pass``, with the reference Python code for what it leaves), and the broker's event loop must not wait
+on it. So each of the ``log.cleaner.threads`` cleaner threads owns one worker *process* (spawned on first use, at
+nice 19 so that the broker's threads win the CPU; it loads the kernel, then says "ready"; numba is imported by
+workers only, never by the broker): the thread plans a pass from
 a consistent view of the log (``Log.cleaning_view``), sends the task to its worker (``clean.clean`` writes
 ``*.cleaned`` files), waits without holding any lock, and swaps the result in under the log's lock
 (``Log.replace_with_cleaned``: renames only). The worker's memory is its offset map
-(``log.cleaner.dedupe.buffer.size`` / threads) plus one I/O buffer.
+(``log.cleaner.dedupe.buffer.size`` / threads) plus a few I/O buffers (``compiled_pass``).
 
 Choosing a log (``LogCleanerManager.grabFilthiestCompactedLog``): among the logs whose cleanup.policy includes
 compact and which no thread is cleaning, those whose dirty ratio reaches ``min.cleanable.dirty.ratio`` or whose

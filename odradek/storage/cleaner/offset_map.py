@@ -1,5 +1,9 @@
 """The cleaner's offset map: for each key of the dirty part of a log, the offset of its latest record.
 
+This is the reference map (the pure-Python cleaner's); the compiled cleaner uses ``key_table.CompiledOffsetMap``,
+which charges its entries exactly as this one does (both stop a pass at the same record). ``KeyOffsets`` is what
+the cleaner's rules need of either.
+
 Kafka's ``SkimpyOffsetMap`` keeps 16-byte key digests in one preallocated buffer. In Python, hashing every key
 with MD5 and probing a bytearray costs more than everything else the cleaner does per record, so this map is a
 dict from the key itself to its offset, and the memory budget is enforced by accounting instead of by
