@@ -34,6 +34,11 @@ Invariants:
   ``validate_only`` changes nothing.
 - Every client mistake is an error code (and message) on its resource; no exception escapes for one.
 - A resource named twice in one alter request is answered once, with ``INVALID_REQUEST``.
+
+Authorization, as Kafka's: describing a topic's configs needs DESCRIBE_CONFIGS on the topic
+(TOPIC_AUTHORIZATION_FAILED), a broker's (or its loggers') DESCRIBE_CONFIGS on the cluster
+(CLUSTER_AUTHORIZATION_FAILED); altering needs ALTER_CONFIGS likewise. The check is per resource, before the
+resource is looked at.
 """
 
 from __future__ import annotations
@@ -42,12 +47,14 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import fields
 from typing import Any
 
+from odradek.broker.authorization import config_resource_error
 from odradek.broker.broker import Broker
 from odradek.broker.config import DYNAMIC_KEYS, check_dynamic_key
 from odradek.broker.config import KEYS as BROKER_KEYS
 from odradek.broker.context import RequestContext
 from odradek.cluster.metadata import validate_topic_name
 from odradek.protocol.errors import ErrorCode, InvalidConfigError, KafkaError
+from odradek.security.acl import AclOperation
 from odradek.storage.config import TOPIC_KEYS, TOPIC_TO_BROKER_KEY, LogConfig
 
 # Resource types (Kafka's ConfigResource.Type).
@@ -301,6 +308,15 @@ class _InvalidRequest(KafkaError):
     code = ErrorCode.INVALID_REQUEST
 
 
+class _Denied(KafkaError):
+    """A resource authorization refused (its code is the one ``config_resource_error`` gave)."""
+
+    def __init__(self, code: ErrorCode) -> None:
+        what = "Topic" if code == ErrorCode.TOPIC_AUTHORIZATION_FAILED else "Cluster"
+        super().__init__(f"{what} authorization failed.")
+        self.code = code
+
+
 class _UnknownTopic(KafkaError):
     code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
@@ -325,6 +341,10 @@ def _describe_one(ctx: RequestContext, resource: Any, include_synonyms: bool, in
     result: dict[str, Any] = {"resource_type": resource.resource_type, "resource_name": resource.resource_name,
                               "error_code": ErrorCode.NONE, "error_message": None, "configs": []}
     keys = resource.configuration_keys
+    if denied := config_resource_error(ctx, AclOperation.DESCRIBE_CONFIGS, resource.resource_type,
+                                       resource.resource_name):
+        result["error_code"] = denied
+        return result
     try:
         if resource.resource_type == TOPIC:
             topic = _topic_or_error(b, resource.resource_name)
@@ -395,6 +415,8 @@ def _alter_all(
         error: KafkaError | None = None
         if (r.resource_type, r.resource_name) in dupes:
             error = _InvalidRequest("Duplicate resource.")
+        elif denied := config_resource_error(ctx, AclOperation.ALTER_CONFIGS, r.resource_type, r.resource_name):
+            error = _Denied(denied)
         else:
             try:
                 alter_one(ctx, r, bool(request.validate_only))

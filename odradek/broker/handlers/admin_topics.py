@@ -17,6 +17,12 @@ Invariants:
 - ``validate_only`` runs every check and changes nothing.
 - With ``delete.topic.enable=false`` every DeleteTopics entry fails: ``INVALID_REQUEST`` before
   v3, ``TOPIC_DELETION_DISABLED`` from v3 (Kafka's split).
+
+Authorization, as Kafka's (after the checks of the request's shape, before any topic is looked at):
+CreateTopics needs CREATE on the cluster or on the topic (TOPIC_AUTHORIZATION_FAILED); without DESCRIBE_CONFIGS on
+the topic a created topic's answer carries no configs, partitions or replication factor and
+``topic_config_error_code`` TOPIC_AUTHORIZATION_FAILED. DeleteTopics needs DELETE on the topic; a topic named by id
+that the principal may not DESCRIBE is answered without its name. CreatePartitions needs ALTER on the topic.
 """
 
 from __future__ import annotations
@@ -27,12 +33,14 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from odradek.broker import throttle
+from odradek.broker.authorization import TOPIC_DENIED, denied_topics, denied_topics_unless_cluster
 from odradek.broker.broker import Broker
 from odradek.broker.context import RequestContext
 from odradek.broker.handlers.admin_configs import topic_config_entries
 from odradek.cluster.metadata import UnknownTopicError
 from odradek.protocol.entities import millis
 from odradek.protocol.errors import ErrorCode, InvalidConfigError, KafkaError
+from odradek.security.acl import AclOperation
 
 ZERO_UUID = uuid.UUID(int=0)
 
@@ -142,14 +150,25 @@ def _each_name_once(topics: Iterable[Any]) -> Iterator[tuple[Any, bool]]:
 
 async def handle_create_topics(ctx: RequestContext, request: Any) -> dict[str, Any]:
     results: list[dict[str, Any]] = []
+    names = [t.name for t in request.topics]
+    uncreatable = denied_topics_unless_cluster(ctx, AclOperation.CREATE, AclOperation.CREATE, names)
+    undescribable = denied_topics(ctx, AclOperation.DESCRIBE_CONFIGS, names)
     for topic, duplicate in _each_name_once(request.topics):
         if duplicate:
             results.append(_create_error(topic.name, ErrorCode.INVALID_REQUEST, "Duplicate topic name."))
             continue
+        if topic.name in uncreatable:
+            results.append(_create_error(topic.name, TOPIC_DENIED, "Authorization failed."))
+            continue
         try:
-            results.append(_create_one(ctx, topic, bool(request.validate_only)))
+            created = _create_one(ctx, topic, bool(request.validate_only))
         except KafkaError as e:
             results.append(_create_error(topic.name, e.code, e.message))
+            continue
+        if topic.name in undescribable:  # Kafka: no configs or metadata without DESCRIBE_CONFIGS
+            created.update(configs=[], num_partitions=-1, replication_factor=-1,
+                           topic_config_error_code=TOPIC_DENIED)
+        results.append(created)
     if ctx.broker.replicated and not request.validate_only:
         await _await_topics(ctx, [r["name"] for r in results if r["error_code"] == ErrorCode.NONE], request, True)
     return {"throttle_time": 0, "topics": results}
@@ -173,6 +192,10 @@ def _requested_deletions(ctx: RequestContext, request: Any) -> list[tuple[str | 
     return [(name, ZERO_UUID) for name in request.topic_names]
 
 
+class _TopicAuthorizationFailed(KafkaError):
+    code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+
+
 def _delete_one(ctx: RequestContext, name: str | None, topic_id: uuid.UUID) -> tuple[str | None, uuid.UUID]:
     """Delete the topic; its (name, id). Raises the ``KafkaError`` that refused it."""
     broker = ctx.broker
@@ -184,7 +207,11 @@ def _delete_one(ctx: RequestContext, name: str | None, topic_id: uuid.UUID) -> t
         found = broker.registry.by_id(topic_id)
         if found is None:
             raise _UnknownTopicId(f"no topic has id {topic_id}")
+        if denied_topics(ctx, AclOperation.DESCRIBE, (found.name,)):  # the id is no secret, the name is
+            raise _TopicAuthorizationFailed("Topic authorization failed.")
         name = found.name
+    if denied_topics(ctx, AclOperation.DELETE, (name,)):
+        raise _TopicAuthorizationFailed("Topic authorization failed.")
     topic = broker.registry.get(name)
     if topic is None:
         raise UnknownTopicError(f"topic '{name}' does not exist")
@@ -249,11 +276,14 @@ def _create_partitions_one(ctx: RequestContext, topic: Any, validate_only: bool)
 
 async def handle_create_partitions(ctx: RequestContext, request: Any) -> dict[str, Any]:
     results: list[dict[str, Any]] = []
+    denied = denied_topics(ctx, AclOperation.ALTER, (t.name for t in request.topics))
     for topic, duplicate in _each_name_once(request.topics):
         entry: dict[str, Any] = {"name": topic.name, "error_code": ErrorCode.NONE, "error_message": None}
         try:
             if duplicate:
                 raise _InvalidRequest("Duplicate topic name.")
+            if topic.name in denied:
+                raise _TopicAuthorizationFailed("The topic authorization is failed.")
             _create_partitions_one(ctx, topic, bool(request.validate_only))
         except KafkaError as e:
             entry.update(error_code=e.code, error_message=e.message)

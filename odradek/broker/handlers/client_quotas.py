@@ -8,6 +8,9 @@ entity's stored configs; the entity's result set replaces them, cluster-wide (Zo
 ``/config/clients``, ``/config/ips`` in a cluster, the metadata file on a single node), and every broker
 applies it at once (``Broker.alter_client_quota``).
 
+Authorization, as Kafka's: Describe needs DESCRIBE_CONFIGS on the cluster (else the response's
+CLUSTER_AUTHORIZATION_FAILED), Alter ALTER_CONFIGS on it (else every entry's).
+
 Invariants:
 - Every client mistake (unknown entity type or key, a key named twice, a value that is not a positive number of
   the key's type, an invalid combination of components) is an error code and message: INVALID_REQUEST for the
@@ -19,14 +22,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from odradek.broker.authorization import cluster_error
 from odradek.broker.context import RequestContext
 from odradek.protocol.errors import ErrorCode, KafkaError
 from odradek.quota import entity as qe
+from odradek.security.acl import AclOperation
 
 EXACT, DEFAULT, ANY = 0, 1, 2
 
 
 async def handle_describe_client_quotas(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    if denied := cluster_error(ctx, AclOperation.DESCRIBE_CONFIGS):
+        return {"throttle_time": 0, "error_code": denied, "error_message": None, "entries": None}
     try:
         wanted = _filter(request.components)
     except qe.QuotaConfigError as e:
@@ -76,9 +83,13 @@ def _matches(e: qe.Entity, wanted: dict[str, tuple[int, str | None]], strict: bo
 async def handle_alter_client_quotas(ctx: RequestContext, request: Any) -> dict[str, Any]:
     b = ctx.broker
     stored = b.client_quota_configs()
+    denied = cluster_error(ctx, AclOperation.ALTER_CONFIGS)
     results = []
     for entry in request.entries:
         echo = [{"entity_type": c.entity_type, "entity_name": c.entity_name} for c in entry.entity]
+        if denied:
+            results.append({"error_code": denied, "error_message": None, "entity": echo})
+            continue
         try:
             e = qe.entity((c.entity_type, c.entity_name) for c in entry.entity)
             configs = dict(stored.get(e, {}))

@@ -11,7 +11,8 @@ Invariants:
 - ``controller_id`` is a live broker (Kafka brokers report a live broker, never a KRaft controller, since
   clients cannot reach controllers through a broker listener); -1 while no controller is elected.
 - ``cluster_authorized_operations`` is Kafka's "not requested" value (INT32 min) unless the
-  client asks for it; then, as a Kafka broker without an authorizer, every cluster operation.
+  client asks for it; then the cluster operations the principal may do (every one without an authorizer), or 0
+  without DESCRIBE on the cluster. As in Kafka, DescribeCluster itself needs no ACL.
 - The broker's host and port are the advertised ones, the same as Metadata returns.
 - Nobody is fenced: ``include_fenced_brokers`` changes nothing.
 """
@@ -20,19 +21,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from odradek.broker.authorization import cluster_operations_if
 from odradek.broker.context import RequestContext
 from odradek.broker.handlers.metadata import AUTHORIZED_OPERATIONS_UNSET, broker_entries, controller_id
 from odradek.protocol.errors import ErrorCode
+from odradek.security.acl import SUPPORTED_OPERATIONS, ResourceType
 
 UNKNOWN_ENDPOINT = 0
 BROKER_ENDPOINT = 1
 CONTROLLER_ENDPOINT = 2
 _ENDPOINT_NAMES = {BROKER_ENDPOINT: "BROKER", CONTROLLER_ENDPOINT: "CONTROLLER"}
-
-# AclOperation codes Kafka supports on the CLUSTER resource (AclEntry.supportedOperations):
-# ALTER 7, DESCRIBE 8, CREATE 5, CLUSTER_ACTION 9, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11,
-# IDEMPOTENT_WRITE 12. With no authorizer every one of them is allowed.
-ALL_CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
+# Every operation Kafka reports on the CLUSTER: what a principal may do there without an authorizer.
+ALL_CLUSTER_OPERATIONS = sum(1 << op for op in SUPPORTED_OPERATIONS[ResourceType.CLUSTER])
 
 
 async def handle_describe_cluster(ctx: RequestContext, request: Any) -> dict[str, Any]:
@@ -53,7 +53,7 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> dict[str
     b = ctx.broker
     brokers = [{"broker_id": e["node_id"], "host": e["host"], "port": e["port"], "rack": e["rack"],
                 "is_fenced": False} for e in broker_entries(ctx)]
-    ops = ALL_CLUSTER_OPERATIONS if request.include_cluster_authorized_operations else AUTHORIZED_OPERATIONS_UNSET
+    ops = cluster_operations_if(ctx, bool(request.include_cluster_authorized_operations))
     return {
         "throttle_time": 0,
         "error_code": ErrorCode.NONE,

@@ -6,16 +6,19 @@ no election type and means PREFERRED. ``topic_partitions`` null means every part
 Kafka: ``ELECTION_NOT_NEEDED`` (preferred: already led by its preferred replica; unclean: it has a live
 leader), ``PREFERRED_LEADER_NOT_AVAILABLE`` (the preferred replica is not live or not in the ISR),
 ``ELIGIBLE_LEADERS_NOT_AVAILABLE`` (unclean: no live replica) and ``UNKNOWN_TOPIC_OR_PARTITION``. The answer
-comes once the new leaders are written to ZooKeeper.
+comes once the new leaders are written to ZooKeeper. The request needs ALTER on the cluster, else
+CLUSTER_AUTHORIZATION_FAILED at the top and on every partition named (Kafka's answer).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from odradek.broker.authorization import cluster_error
 from odradek.broker.context import RequestContext
 from odradek.cluster.model import TopicPartition
 from odradek.protocol.errors import ErrorCode
+from odradek.security.acl import AclOperation
 
 PREFERRED = 0
 UNCLEAN = 1
@@ -28,6 +31,8 @@ async def handle_elect_leaders(ctx: RequestContext, request: Any) -> dict[str, A
         None if request.topic_partitions is None
         else [(t.topic, int(p)) for t in request.topic_partitions for p in t.partitions])
     controller = ctx.broker.controller
+    if denied := cluster_error(ctx, AclOperation.ALTER):
+        return _response(denied, {tp: (denied, None) for tp in wanted or []})
     if election not in (PREFERRED, UNCLEAN):
         return _response(ErrorCode.INVALID_REQUEST, {tp: (ErrorCode.INVALID_REQUEST,
                          f"election type {election} is neither PREFERRED (0) nor UNCLEAN (1)") for tp in wanted or []})

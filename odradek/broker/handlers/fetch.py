@@ -34,6 +34,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from odradek.broker.authorization import TOPIC_DENIED, denied_topics
 from odradek.broker.context import RawResponse, RequestContext
 from odradek.broker.fetch_session import FetchSession, FetchSessionCache, SessionPartition
 from odradek.broker.handlers import replica_fetch
@@ -41,6 +42,7 @@ from odradek.protocol import fetch_response as fr
 from odradek.protocol.entities import millis
 from odradek.protocol.errors import ErrorCode, KafkaError, OffsetOutOfRangeError
 from odradek.replica.partition import Partition, Role
+from odradek.security.acl import AclOperation
 
 READ_COMMITTED = 1
 _ZERO_UUID = uuid.UUID(int=0)
@@ -102,6 +104,8 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse:
                 w.state.sent_log_start_offset = old.sent_log_start_offset
             session.partitions[(w.topic, w.partition)] = w.state
         wants = [_want_from_session(ctx, key, state) for key, state in session.partitions.items()]
+    if b.authorizer is not None:  # consumers need READ on each topic, asked once per topic per request
+        _authorize(ctx, wants)
 
     max_bytes = min(request.max_bytes, b.config.fetch_max_bytes) if request.max_bytes > 0 else 0
     quota = ctx.quota.fetch if ctx.quota is not None else None
@@ -141,6 +145,16 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse:
         if incremental:  # a new session already expects epoch 1
             session.advance(now)
     return response
+
+
+def _authorize(ctx: RequestContext, wants: list[_Want]) -> None:
+    """TOPIC_AUTHORIZATION_FAILED on the partitions of topics the consumer may not READ (before telling whether
+    they exist; an unknown topic id stays UNKNOWN_TOPIC_ID, as in Kafka)."""
+    denied = denied_topics(ctx, AclOperation.READ, (w.topic for w in wants if w.error != ErrorCode.UNKNOWN_TOPIC_ID))
+    if denied:
+        for w in wants:
+            if w.topic in denied and w.error != ErrorCode.UNKNOWN_TOPIC_ID:
+                w.error = TOPIC_DENIED
 
 
 def _throttled(cache: FetchSessionCache, session: FetchSession | None, incremental: bool, v: int, now: int,

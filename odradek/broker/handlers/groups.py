@@ -1,22 +1,37 @@
 """Consumer-group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, DescribeGroups,
 ListGroups, DeleteGroups. Each turns its request into one coordinator operation (``coordinator/group``)
-and its result into the response of the request's version; the rules live in the coordinator."""
+and its result into the response of the request's version; the rules live in the coordinator.
+
+Authorization, as Kafka's: FindCoordinator needs DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED) or the
+transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); Join/Sync/Heartbeat/Leave need READ on the group (the
+response's error); DescribeGroups DESCRIBE on each group (that group's error; ``authorized_operations`` when asked
+for); ListGroups lists every group with DESCRIBE on the cluster, else only the groups it may DESCRIBE; DeleteGroups
+needs DELETE on each group (that group's result). A refused request reaches no coordinator."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
+from odradek.broker.authorization import (
+    TRANSACTIONAL_ID_DENIED,
+    allowed_on_cluster,
+    denied_names,
+    group_error,
+    operations_if,
+    transactional_id_error,
+)
 from odradek.broker.context import RequestContext
+from odradek.coordinator.group.membership import join_error, sync_error
 from odradek.protocol.entities import millis
 from odradek.protocol.errors import ErrorCode, KafkaError
+from odradek.security.acl import AclOperation, ResourceType
 
 log = logging.getLogger(__name__)
 
 E = ErrorCode
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
-AUTHORIZED_OPERATIONS_UNSET = -(2**31)
 
 
 def client_host(ctx: RequestContext) -> str:
@@ -31,7 +46,11 @@ def _coordinator(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]
     b = ctx.broker
     entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": E.NONE,
                              "error_message": None}
-    if key_type == KEY_TYPE_GROUP:
+    if key_type == KEY_TYPE_GROUP and (denied := group_error(ctx, AclOperation.DESCRIBE, key)):
+        entry.update(error_code=denied, error_message="Group authorization failed.")
+    elif key_type == KEY_TYPE_TRANSACTION and transactional_id_error(ctx, AclOperation.DESCRIBE, key):
+        entry.update(error_code=TRANSACTIONAL_ID_DENIED, error_message="Transactional Id authorization failed.")
+    elif key_type == KEY_TYPE_GROUP:
         if not key:
             entry.update(error_code=E.INVALID_REQUEST, error_message="the group id is empty")
             return entry
@@ -85,6 +104,11 @@ def _locate(ctx: RequestContext, entry: dict[str, Any], runtime: Any, ensure_sta
 
 async def handle_join_group(ctx: RequestContext, request: Any) -> dict[str, Any]:
     v = ctx.version
+    if denied := group_error(ctx, AclOperation.READ, request.group_id):
+        out = dict(join_error(denied), throttle_time=0)
+        if v < 7:
+            out["protocol_name"] = ""
+        return out
     session = millis(request.session_timeout)
     rebalance = millis(request.rebalance_timeout) if v >= 1 else session
     protocols = [(p.name, bytes(p.metadata)) for p in request.protocols]
@@ -103,6 +127,8 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> dict[str, Any]
 
 
 async def handle_sync_group(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    if denied := group_error(ctx, AclOperation.READ, request.group_id):
+        return dict(sync_error(denied), throttle_time=0)
     assignments = [(a.member_id, bytes(a.assignment)) for a in request.assignments]
     reply = await ctx.broker.groups.call(lambda c, ticket, now: c.sync(
         ticket, group_id=request.group_id, generation_id=request.generation_id, member_id=request.member_id,
@@ -113,6 +139,8 @@ async def handle_sync_group(ctx: RequestContext, request: Any) -> dict[str, Any]
 
 
 async def handle_heartbeat(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    if denied := group_error(ctx, AclOperation.READ, request.group_id):
+        return {"throttle_time": 0, "error_code": denied}
     groups = ctx.broker.groups
     coord = groups.view()
     error = coord.heartbeat(group_id=request.group_id, generation_id=request.generation_id,
@@ -122,17 +150,19 @@ async def handle_heartbeat(ctx: RequestContext, request: Any) -> dict[str, Any]:
 
 
 async def handle_leave_group(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    if denied := group_error(ctx, AclOperation.READ, request.group_id):
+        return {"throttle_time": 0, "error_code": denied, "members": []}
     groups = ctx.broker.groups
     coord = groups.view()
     if ctx.version >= 3:
         members = [(m.member_id, m.group_instance_id) for m in request.members]
     else:
         members = [(request.member_id, None)]
-    group_error, errors, fx = coord.leave(group_id=request.group_id, members=members, now=groups.now())
+    left, errors, fx = coord.leave(group_id=request.group_id, members=members, now=groups.now())
     groups.apply(fx)
     if ctx.version < 3:
-        return {"throttle_time": 0, "error_code": group_error if group_error != E.NONE else errors[0]}
-    return {"throttle_time": 0, "error_code": group_error, "members": [
+        return {"throttle_time": 0, "error_code": left if left != E.NONE else errors[0]}
+    return {"throttle_time": 0, "error_code": left, "members": [
         {"member_id": m, "group_instance_id": i, "error_code": e} for (m, i), e in zip(members, errors, strict=True)]}
 
 
@@ -141,10 +171,16 @@ async def handle_leave_group(ctx: RequestContext, request: Any) -> dict[str, Any
 
 async def handle_describe_groups(ctx: RequestContext, request: Any) -> dict[str, Any]:
     coord = ctx.broker.groups.view()
+    with_operations = bool(getattr(request, "include_authorized_operations", False))
     described = []
     for group_id in request.groups:
-        d = coord.describe(group_id)
-        d["authorized_operations"] = AUTHORIZED_OPERATIONS_UNSET
+        if denied := group_error(ctx, AclOperation.DESCRIBE, group_id):
+            d = {"error_code": denied, "group_id": group_id, "group_state": "", "protocol_type": "",
+                 "protocol_data": "", "members": []}
+        else:
+            d = coord.describe(group_id)
+        d["authorized_operations"] = operations_if(ctx, with_operations and not d["error_code"], ResourceType.GROUP,
+                                                   group_id)
         described.append(d)
     return {"throttle_time": 0, "groups": described}
 
@@ -155,6 +191,9 @@ async def handle_list_groups(ctx: RequestContext, request: Any) -> dict[str, Any
     types = {t.lower() for t in (getattr(request, "types_filter", ()) or ())}
     # Every group here is a classic group; a filter for other types (KIP-848 "consumer", "share") matches none.
     listed = [] if types and "classic" not in types else coord.list_groups(states)
+    if not allowed_on_cluster(ctx, AclOperation.DESCRIBE):  # only the groups it may describe
+        hidden = denied_names(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, (g["group_id"] for g in listed))
+        listed = [g for g in listed if g["group_id"] not in hidden]
     return {"throttle_time": 0, "error_code": E.NONE, "groups": listed}
 
 
@@ -162,6 +201,9 @@ async def handle_delete_groups(ctx: RequestContext, request: Any) -> dict[str, A
     groups = ctx.broker.groups
     results = []
     for group_id in request.groups_names:
+        if denied := group_error(ctx, AclOperation.DELETE, group_id):
+            results.append({"group_id": group_id, "error_code": denied})
+            continue
         error = await groups.call(lambda c, ticket, now, g=group_id: c.delete_group(ticket, g))
         if error == E.NONE:
             log.info("deleted group %s for %s", group_id, ctx.peer)

@@ -6,15 +6,18 @@ found by timestamp (or MAX_TIMESTAMP) is answered only if it lies below the boun
 is "none found" (offset and timestamp -1), so a consumer is never pointed into undecided data.
 
 Only the partition's leader answers (NOT_LEADER_OR_FOLLOWER otherwise), after checking
-``current_leader_epoch`` (v4+: FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH).
+``current_leader_epoch`` (v4+: FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH). A topic the principal may not
+DESCRIBE is TOPIC_AUTHORIZATION_FAILED on each of its partitions, as Kafka answers.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from odradek.broker.authorization import TOPIC_DENIED, denied_topics
 from odradek.broker.context import RequestContext
 from odradek.protocol.errors import ErrorCode, KafkaError
+from odradek.security.acl import AclOperation
 
 LATEST = -1
 EARLIEST = -2
@@ -27,12 +30,17 @@ READ_COMMITTED = 1
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     b = ctx.broker
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+    denied = denied_topics(ctx, AclOperation.DESCRIBE, (t.name for t in request.topics))
     topics = []
     for t in request.topics:
         parts = []
         for p in t.partitions:
             entry: dict[str, Any] = {"partition_index": p.partition_index, "error_code": ErrorCode.NONE,
                                      "timestamp": -1, "offset": -1, "leader_epoch": -1}
+            if t.name in denied:
+                entry["error_code"] = TOPIC_DENIED
+                parts.append(entry)
+                continue
             try:
                 part = b.replicas.leader_partition(t.name, p.partition_index)
                 part.check_epoch(getattr(p, "current_leader_epoch", -1))

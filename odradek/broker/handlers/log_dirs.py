@@ -4,7 +4,8 @@ as Kafka's broker answers it (``kafka-log-dirs.sh``, ``odradek log-dirs``).
 
 ``topics`` null asks for every partition; otherwise only those listed (unknown ones are left out, as Kafka
 does); a failed directory (``log_manager.offline_dirs``) is listed with KAFKA_STORAGE_ERROR and no partitions,
-as Kafka does. Sizes come from the segments' known sizes and one ``statvfs`` per directory: no scan of the files.
+as Kafka does. The request needs DESCRIBE on the cluster (else CLUSTER_AUTHORIZATION_FAILED and no directories, as
+Kafka answers). Sizes come from the segments' known sizes and one ``statvfs`` per directory: no scan of the files.
 """
 
 from __future__ import annotations
@@ -13,11 +14,15 @@ import os
 from pathlib import Path
 from typing import Any
 
+from odradek.broker.authorization import cluster_error
 from odradek.broker.context import RequestContext
 from odradek.protocol.errors import ErrorCode
+from odradek.security.acl import AclOperation
 
 
 async def handle_describe_log_dirs(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    if denied := cluster_error(ctx, AclOperation.DESCRIBE):
+        return {"throttle_time": 0, "error_code": denied, "results": []}
     lm = ctx.broker.log_manager
     wanted = None if request.topics is None else {(t.topic, int(p)) for t in request.topics for p in t.partitions}
     by_dir: dict[str, dict[str, list[dict[str, Any]]]] = {str(d): {} for d in lm.log_dirs}

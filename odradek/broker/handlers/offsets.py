@@ -12,6 +12,13 @@ offsets partition to the transaction itself), which this broker does not offer. 
 first transactional offsets in the group's partition, the transaction coordinator confirms that the
 partition is in the producer's transaction (KIP-890 part 1, as for Produce): a client that skipped
 AddOffsetsToTxn gets INVALID_TXN_STATE instead of leaving offsets pending that no marker would settle.
+
+Authorization, as Kafka's (before anything reaches a coordinator): OffsetCommit needs READ on the group (else
+GROUP_AUTHORIZATION_FAILED on every partition) and READ on each topic (TOPIC_AUTHORIZATION_FAILED on its
+partitions); TxnOffsetCommit first needs WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED on
+every partition), then the same; OffsetFetch needs DESCRIBE on each group (the group's error) and leaves out the
+topics it may not DESCRIBE (all of a group's offsets), or answers them TOPIC_AUTHORIZATION_FAILED (named ones);
+OffsetDelete needs DELETE on the group (the response's error) and READ on each topic.
 """
 
 from __future__ import annotations
@@ -19,6 +26,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from odradek.broker.authorization import (
+    TOPIC_DENIED,
+    denied_topics,
+    group_error,
+    transactional_id_error,
+)
 from odradek.broker.context import RawResponse, RequestContext
 from odradek.broker.handlers.produce import verify_with_coordinator
 from odradek.coordinator.group.model import OffsetEntry
@@ -28,6 +41,7 @@ from odradek.coordinator.txn.replies import for_request_version
 from odradek.protocol import offset_commit_response
 from odradek.protocol.entities import millis
 from odradek.protocol.errors import ErrorCode
+from odradek.security.acl import AclOperation
 
 E = ErrorCode
 NO_OFFSET = -1
@@ -55,15 +69,38 @@ def _partition_exists(ctx: RequestContext) -> Callable[[str, int], bool]:
     return exists
 
 
+def _commit_refusals(ctx: RequestContext, offsets: list[CommitRequest], *checks: ErrorCode
+                     ) -> dict[tuple[str, int], ErrorCode]:
+    """The partitions of an offset commit that authorization refuses: all of them with the first error of
+    ``checks`` (the transactional id's, the group's), else those of the topics the principal may not READ."""
+    for error in checks:
+        if error:
+            return {(t, p): error for t, p, *_ in offsets}
+    denied = denied_topics(ctx, AclOperation.READ, (t for t, *_ in offsets))
+    return {(t, p): TOPIC_DENIED for t, p, *_ in offsets if t in denied}
+
+
+def _merged(offsets: list[CommitRequest], refused: dict[tuple[str, int], ErrorCode],
+            results: dict[tuple[str, int], ErrorCode]) -> dict[tuple[str, int], ErrorCode]:
+    """Every partition's result, in request order."""
+    return {(t, p): refused[(t, p)] if (t, p) in refused else results[(t, p)] for t, p, *_ in offsets}
+
+
 async def handle_offset_commit(ctx: RequestContext, request: Any) -> RawResponse:
     b = ctx.broker
     offsets = _commit_requests(request)
-    retention = millis(getattr(request, "retention_time", -1))
-    exists = _partition_exists(ctx)
-    results = await b.groups.call(lambda c, ticket, now: c.commit(
-        ticket, group_id=request.group_id, generation_id=request.generation_id_or_member_epoch,
-        member_id=request.member_id, group_instance_id=getattr(request, "group_instance_id", None),
-        offsets=offsets, retention_ms=retention, partition_exists=exists, now=now))
+    refused = _commit_refusals(ctx, offsets, group_error(ctx, AclOperation.READ, request.group_id))
+    allowed = [o for o in offsets if (o[0], o[1]) not in refused] if refused else offsets
+    results: dict[tuple[str, int], ErrorCode] = {}
+    if allowed:
+        retention = millis(getattr(request, "retention_time", -1))
+        exists = _partition_exists(ctx)
+        results = await b.groups.call(lambda c, ticket, now: c.commit(
+            ticket, group_id=request.group_id, generation_id=request.generation_id_or_member_epoch,
+            member_id=request.member_id, group_instance_id=getattr(request, "group_instance_id", None),
+            offsets=allowed, retention_ms=retention, partition_exists=exists, now=now))
+    if refused:
+        results = _merged(offsets, refused, results)
     return RawResponse([offset_commit_response.encode(ctx.version, results)])
 
 
@@ -95,29 +132,48 @@ async def _txn_verification_error(ctx: RequestContext, request: Any) -> ErrorCod
 
 async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> dict[str, Any]:
     offsets = _commit_requests(request)
+    refused = _commit_refusals(ctx, offsets,
+                               transactional_id_error(ctx, AclOperation.WRITE, request.transactional_id),
+                               group_error(ctx, AclOperation.READ, request.group_id))
+    allowed = [o for o in offsets if (o[0], o[1]) not in refused] if refused else offsets
+    if not allowed:
+        return {"throttle_time": 0, "topics": _grouped(refused)}
     unverified = await _txn_verification_error(ctx, request)
     if unverified is not None:
-        return {"throttle_time": 0, "topics": _grouped({(t, p): unverified for t, p, *_ in offsets})}
+        return {"throttle_time": 0, "topics": _grouped(_merged(offsets, refused, dict.fromkeys(
+            ((t, p) for t, p, *_ in allowed), unverified)))}
     exists = _partition_exists(ctx)
     results = await ctx.broker.groups.call(lambda c, ticket, now: c.txn_commit(
         ticket, group_id=request.group_id, producer_id=request.producer_id, producer_epoch=request.producer_epoch,
         generation_id=getattr(request, "generation_id", -1), member_id=getattr(request, "member_id", ""),
-        group_instance_id=getattr(request, "group_instance_id", None), offsets=offsets, partition_exists=exists,
+        group_instance_id=getattr(request, "group_instance_id", None), offsets=allowed, partition_exists=exists,
         now=now))
     if ctx.version < 2:
         results = {tp: E.COORDINATOR_NOT_AVAILABLE if e == E.COORDINATOR_LOAD_IN_PROGRESS else e
                    for tp, e in results.items()}
-    return {"throttle_time": 0, "topics": _grouped(results)}
+    return {"throttle_time": 0, "topics": _grouped(_merged(offsets, refused, results) if refused else results)}
 
 
 def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, require_stable: bool
                  ) -> tuple[ErrorCode, list[dict[str, Any]]]:
+    if denied_group := group_error(ctx, AclOperation.DESCRIBE, group_id):
+        return denied_group, []
     coord = ctx.broker.groups.view()
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
+    refused = denied_topics(ctx, AclOperation.DESCRIBE, (t for t, _ in wanted or ()))
+    if refused:
+        wanted = [tp for tp in wanted or () if tp[0] not in refused]
     error, found = coord.fetch_offsets(group_id, wanted, require_stable=require_stable)
+    # all of a group's offsets: those of topics the principal may not describe are left out
+    hidden = denied_topics(ctx, AclOperation.DESCRIBE, (tp[0] for tp, _, _ in found)) if wanted is None else refused
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for (topic, partition), entry, partition_error in found:
-        by_topic.setdefault(topic, []).append(_partition(partition, entry, partition_error))
+        if topic not in hidden:
+            by_topic.setdefault(topic, []).append(_partition(partition, entry, partition_error))
+    if error == E.NONE and refused:  # named topics it may not describe: refused
+        for t in topics:
+            if t.name in refused:
+                by_topic.setdefault(t.name, []).extend(_partition(p, None, TOPIC_DENIED) for p in t.partition_indexes)
     return error, [{"name": name, "partitions": parts} for name, parts in by_topic.items()]
 
 
@@ -138,7 +194,9 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> dict[str, An
             groups.append({"group_id": g.group_id, "topics": topics, "error_code": error})
         return {"throttle_time": 0, "groups": groups}
     error, topics = _fetch_group(ctx, request.group_id, request.topics, require_stable)
-    if ctx.version < 2 and error != E.NONE:  # v1 has no group-level error: put it on every partition
+    if ctx.version < 2 and error != E.NONE:  # v1 has no group-level error: put it on every partition asked for
+        topics = [{"name": t.name, "partitions": [_partition(p, None, error) for p in t.partition_indexes]}
+                  for t in request.topics or ()] or topics
         for t in topics:
             for p in t["partitions"]:
                 p["error_code"] = error
@@ -146,7 +204,16 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> dict[str, An
 
 
 async def handle_offset_delete(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    if denied_group := group_error(ctx, AclOperation.DELETE, request.group_id):
+        return {"throttle_time": 0, "error_code": denied_group, "topics": []}
     partitions = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
-    error, results = await ctx.broker.groups.call(
-        lambda c, ticket, now: c.delete_offsets(ticket, request.group_id, partitions))
+    denied = denied_topics(ctx, AclOperation.READ, (t for t, _ in partitions))
+    refused = {(t, p): TOPIC_DENIED for t, p in partitions if t in denied}
+    allowed = [tp for tp in partitions if tp not in refused]
+    error, results = E.NONE, {}
+    if allowed:
+        error, results = await ctx.broker.groups.call(
+            lambda c, ticket, now: c.delete_offsets(ticket, request.group_id, allowed))
+    if refused:
+        results = {tp: refused.get(tp) or results.get(tp, E.NONE) for tp in partitions} if not error else refused
     return {"throttle_time": 0, "error_code": error, "topics": _grouped(results)}

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from odradek.broker.authorization import TOPIC_DENIED, denied_topics, transactional_produce_error
 from odradek.broker.context import CloseConnection, Deferred, RawResponse, RequestContext
 from odradek.broker.txn_runtime import TXN_STATE_TOPIC
 from odradek.protocol import apis, produce_response
@@ -30,6 +31,7 @@ from odradek.protocol.entities import millis
 from odradek.protocol.errors import ErrorCode, KafkaError
 from odradek.protocol.produce_response import PartitionResult
 from odradek.replica.partition import Partition
+from odradek.security.acl import AclOperation
 
 log = logging.getLogger(__name__)
 
@@ -41,14 +43,25 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse | Deferred | 
     failed: PartitionResult | None = None
     failed_topic = ""
     waits: list[tuple[PartitionResult, Partition, int]] = []
+    denied: frozenset[str] = frozenset()
+    if b.authorizer is not None:  # the only cost of authorization on this path without an authorizer
+        refused = transactional_produce_error(
+            ctx, request.transactional_id, (pd.records for t in request.topic_data for pd in t.partition_data))
+        if refused:
+            return _refused_whole(ctx, request, refused)
+        denied = denied_topics(ctx, AclOperation.WRITE, (t.name for t in request.topic_data))
     for topic in request.topic_data:
         parts = []
         known = b.registry.get(topic.name)
+        unauthorized = topic.name in denied
         for pd in topic.partition_data:
             result = PartitionResult(pd.index)
             if acks not in (0, 1, -1):
                 result.error_code = ErrorCode.INVALID_REQUIRED_ACKS
                 result.error_message = f"acks={acks} is invalid: use 0, 1 or -1 (all)"
+            elif unauthorized:
+                result.error_code = TOPIC_DENIED
+                result.error_message = f"not authorized to write to topic {topic.name}"
             elif known is None or not 0 <= pd.index < known.partitions:
                 result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 result.error_message = f"unknown topic-partition {topic.name}-{pd.index}"
@@ -89,6 +102,16 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse | Deferred | 
         if failed is not None:  # as Kafka: the only way to tell an acks=0 producer that something went wrong
             raise CloseConnection(f"acks=0 produce failed for {failed_topic}-{failed.index}: {failed.error_message}")
         return None
+    return RawResponse([produce_response.encode(ctx.version, responses, throttle_ms=ctx.throttle_ms)])
+
+
+def _refused_whole(ctx: RequestContext, request: Any, error: ErrorCode) -> RawResponse:
+    """Every partition of the request answered ``error`` (a transactional produce without WRITE on its id); an
+    acks=0 producer is told by closing its connection."""
+    if request.acks == 0:
+        raise CloseConnection(f"acks=0 produce refused: {error.name}")
+    responses = [(t.name, [PartitionResult(pd.index, error_code=error) for pd in t.partition_data])
+                 for t in request.topic_data]
     return RawResponse([produce_response.encode(ctx.version, responses, throttle_ms=ctx.throttle_ms)])
 
 

@@ -8,6 +8,10 @@ the id's producer id with a bumped epoch, fencing older instances.
 Invariants: ``transaction_timeout_ms`` is not checked for idempotent producers (Kafka ignores it);
 ids come from ``ProducerIdAllocator``, which never repeats one; PRODUCER_FENCED goes to clients older
 than v4 as INVALID_PRODUCER_EPOCH (KIP-588).
+
+Authorization, as Kafka's: a transactional id needs WRITE on it (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); an
+idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic (KIP-679; else
+CLUSTER_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from odradek.broker.authorization import idempotent_producer_error, transactional_id_error
 from odradek.broker.context import RequestContext
 from odradek.coordinator.txn.replies import InitProducerIdResult, for_request_version
 from odradek.protocol.entities import millis
 from odradek.protocol.errors import ErrorCode, KafkaError
+from odradek.security.acl import AclOperation
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +35,9 @@ def _answer(error: ErrorCode, producer_id: int = -1, producer_epoch: int = -1) -
 
 async def handle_init_producer_id(ctx: RequestContext, request: Any) -> dict[str, Any]:
     tid = request.transactional_id
+    denied = idempotent_producer_error(ctx) if tid is None else transactional_id_error(ctx, AclOperation.WRITE, tid)
+    if denied:
+        return _answer(denied)
     if tid is None:
         try:
             pid = ctx.broker.producer_ids.next_producer_id()

@@ -9,6 +9,9 @@ ListPartitionReassignments follow its progress, as with Kafka.
 A single node is its own controller (Metadata names it) and every partition's only replica: the one
 reassignment it accepts is to itself (nothing to do), and none is ever running.
 
+Authorization, as Kafka's: Alter needs ALTER on the cluster, List DESCRIBE on it; else the response's error is
+CLUSTER_AUTHORIZATION_FAILED and nothing is listed or changed.
+
 Errors, as Kafka's: a broker that is not the controller answers ``NOT_CONTROLLER`` at the top level; per
 partition, ``UNKNOWN_TOPIC_OR_PARTITION``, ``INVALID_REPLICA_ASSIGNMENT`` (empty, a broker twice, a broker
 that is not alive), ``INVALID_REPLICATION_FACTOR`` (v1 with ``allow_replication_factor_change`` false and a
@@ -19,11 +22,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from odradek.broker.authorization import cluster_error
 from odradek.broker.context import RequestContext
 from odradek.cluster.controller.controller import Controller
 from odradek.cluster.controller.reassignment import reassignment_of
 from odradek.cluster.model import TopicPartition
 from odradek.protocol.errors import ErrorCode
+from odradek.security.acl import AclOperation
 
 _NOT_CONTROLLER = "this broker is not the controller: send the request to the controller Metadata names"
 
@@ -47,6 +52,9 @@ def _single_node_outcome(ctx: RequestContext, topic: str, partition: int,
 
 
 async def handle_alter_partition_reassignments(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    if denied := cluster_error(ctx, AclOperation.ALTER):
+        return {"throttle_time": 0, "allow_replication_factor_change": True, "error_code": denied,
+                "error_message": None, "responses": []}
     if ctx.broker.cluster is None:
         responses = []
         for t in request.topics:
@@ -115,6 +123,8 @@ def _outcome(tp: TopicPartition, outcome: str | None) -> tuple[ErrorCode, str | 
 
 
 async def handle_list_partition_reassignments(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    if denied := cluster_error(ctx, AclOperation.DESCRIBE):
+        return {"throttle_time": 0, "error_code": denied, "error_message": None, "topics": []}
     if ctx.broker.cluster is None:  # a single node never reassigns
         return {"throttle_time": 0, "error_code": ErrorCode.NONE, "error_message": None, "topics": []}
     controller = _active_controller(ctx)

@@ -31,6 +31,10 @@ truncated. So an empty cache is treated as one epoch, 0, covering the whole log:
   no reason, while ``(0, LEO)`` makes it keep its position whenever that position is <= LEO, and
   truncate to LEO otherwise, which is correct for a log that only ever grew from the start.
 
+Authorization, as Kafka's: DeleteRecords needs DELETE on each topic; OffsetForLeaderEpoch needs CLUSTER_ACTION
+on the cluster (followers) or else DESCRIBE on each topic (consumers, KIP-320); a topic refused is
+TOPIC_AUTHORIZATION_FAILED on each of its partitions.
+
 Invariants: errors are per partition (``UNKNOWN_TOPIC_OR_PARTITION`` for a partition this broker
 does not host); ``replica_id`` (v3+) is ignored: every asker is answered as a consumer would be,
 and with one replica the log end offset is the high watermark.
@@ -40,8 +44,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from odradek.broker.authorization import TOPIC_DENIED, denied_topics, denied_topics_unless_cluster
 from odradek.broker.context import RequestContext
 from odradek.protocol.errors import ErrorCode, KafkaError
+from odradek.security.acl import AclOperation
 from odradek.storage.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from odradek.storage.log import Log
 
@@ -53,12 +59,16 @@ HIGH_WATERMARK = -1
 
 async def handle_delete_records(ctx: RequestContext, request: Any) -> dict[str, Any]:
     b = ctx.broker
+    denied = denied_topics(ctx, AclOperation.DELETE, (t.name for t in request.topics))
     topics = []
     for t in request.topics:
         parts = []
         for p in t.partitions:
             entry: dict[str, Any] = {"partition_index": p.partition_index, "low_watermark": -1,
-                                     "error_code": ErrorCode.NONE}
+                                     "error_code": TOPIC_DENIED if t.name in denied else ErrorCode.NONE}
+            if t.name in denied:
+                parts.append(entry)
+                continue
             try:
                 lg = b.replicas.leader_partition(t.name, p.partition_index).log
                 offset = lg.high_watermark if p.offset == HIGH_WATERMARK else p.offset
@@ -114,8 +124,13 @@ def _epoch_end_offset(ctx: RequestContext, topic: str, p: Any) -> dict[str, Any]
 
 
 async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    denied = denied_topics_unless_cluster(ctx, AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE,
+                                          (t.topic for t in request.topics))
     topics = [
-        {"topic": t.topic, "partitions": [_epoch_end_offset(ctx, t.topic, p) for p in t.partitions]}
+        {"topic": t.topic, "partitions": [
+            {"partition": p.partition, "error_code": TOPIC_DENIED, "leader_epoch": UNDEFINED_EPOCH,
+             "end_offset": UNDEFINED_EPOCH_OFFSET} if t.topic in denied else _epoch_end_offset(ctx, t.topic, p)
+            for p in t.partitions]}
         for t in request.topics
     ]
     return {"throttle_time": 0, "topics": topics}

@@ -12,6 +12,9 @@ The leader's side of replication (Kafka's ``Partition.fetchRecords`` for followe
    watermark and add the follower to the ISR) and returns batches from there up to its own log end (not the
    high watermark), as stored.
 
+A follower needs CLUSTER_ACTION on the cluster (brokers' principals are super users in a secured cluster):
+without it every partition is TOPIC_AUTHORIZATION_FAILED and nothing changes, as Kafka answers.
+
 A fetch with a broker epoch older than the one the follower's registration has (a zombie's) is refused with
 STALE_BROKER_EPOCH and changes nothing. No fetch sessions: followers send full fetches. If nothing is there
 yet the fetch waits up to ``max_wait_ms`` for an append.
@@ -24,12 +27,14 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from odradek.broker.authorization import TOPIC_DENIED, allowed_on_cluster
 from odradek.broker.context import RawResponse, RequestContext
 from odradek.protocol import fetch_response as fr
 from odradek.protocol.entities import millis
 from odradek.protocol.errors import ErrorCode, KafkaError, NotLeaderOrFollowerError
 from odradek.replica.partition import Partition
 from odradek.replica.throttle import ReplicationThrottle
+from odradek.security.acl import AclOperation
 
 _ZERO_UUID = uuid.UUID(int=0)
 
@@ -62,7 +67,8 @@ async def handle(ctx: RequestContext, request: Any, replica_id: int, broker_epoc
         known = b.cluster.brokers.get(replica_id)
         stale = known is not None and broker_epoch < known.epoch
     wants: list[_Want] = []
-    immediate = stale
+    unauthorized = b.authorizer is not None and not allowed_on_cluster(ctx, AclOperation.CLUSTER_ACTION)
+    immediate = stale or unauthorized
     by_topic: dict[str, fr.TopicData] = {}
     for t in request.topics:
         name = getattr(t, "topic", None)
@@ -77,6 +83,9 @@ async def handle(ctx: RequestContext, request: Any, replica_id: int, broker_epoc
         for p in t.partitions:
             pd = fr.PartitionData(p.partition)
             td.partitions.append(pd)
+            if unauthorized:
+                pd.error_code = TOPIC_DENIED
+                continue
             if name is None:
                 pd.error_code = ErrorCode.UNKNOWN_TOPIC_ID
                 continue

@@ -17,6 +17,9 @@ Describe: null or no users lists every user with a credential, sorted; named use
 asked, each once: an empty name is RESOURCE_NOT_FOUND, a name asked twice DUPLICATE_RESOURCE, a user without
 credentials RESOURCE_NOT_FOUND. Only mechanisms and iterations are shown, never a salt or a key.
 
+Authorization, as Kafka's: Describe needs DESCRIBE on the cluster (else the response's
+CLUSTER_AUTHORIZATION_FAILED), Alter ALTER on it (else every user's result, users sorted, and nothing changes).
+
 Invariants: handlers see two narrow interfaces, the credential store (``CredentialView``) and the alteration
 (``CredentialAdmin``); nothing here logs a salted password or key.
 """
@@ -30,9 +33,11 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode as Kio
 
+from odradek.broker.authorization import cluster_error
 from odradek.broker.context import RequestContext
 from odradek.cluster.zk.layout import ZkError
 from odradek.protocol.errors import ErrorCode
+from odradek.security.acl import AclOperation
 from odradek.security.credentials import CredentialNotFound, StoredCredentials, alteration
 from odradek.security.scram import (
     MAX_ITERATIONS,
@@ -72,6 +77,8 @@ class _Refused(Exception):
 
 
 async def handle_describe_user_scram_credentials(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    if denied := cluster_error(ctx, AclOperation.DESCRIBE):
+        return {"throttle_time": 0, "error_code": denied, "error_message": None, "results": []}
     names = None if not request.users else [u.name for u in request.users]
     return {"throttle_time": 0, "error_code": ErrorCode.NONE, "error_message": None,
             "results": describe(ctx.broker.credentials, names)}
@@ -130,6 +137,10 @@ class _UserChange:
 
 
 async def handle_alter_user_scram_credentials(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    if denied := cluster_error(ctx, AclOperation.ALTER):
+        users = sorted({u.name for u in (*request.deletions, *request.upsertions)})
+        return {"throttle_time": 0, "results": [{"user": u, "error_code": denied, "error_message": None}
+                                                for u in users]}
     return {"throttle_time": 0, "results": await alter(ctx.broker, request.deletions, request.upsertions)}
 
 

@@ -13,15 +13,20 @@ KAFKA_STORAGE_ERROR if the append fails, INVALID_REQUEST for a negative producer
 producer with no transaction open in the partition is written anyway and ends nothing (as in Kafka).
 In a cluster a marker is answered once it is committed (every in-sync replica has it), as Kafka appends
 markers with acks=all; NOT_LEADER_OR_FOLLOWER from a broker that does not lead the partition.
+
+Authorization, as Kafka's: ALTER on the cluster (an operator's abort) or CLUSTER_ACTION (a coordinator broker),
+else every partition is CLUSTER_AUTHORIZATION_FAILED and nothing is written.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from odradek.broker.authorization import cluster_error
 from odradek.broker.context import RequestContext
 from odradek.protocol.errors import ErrorCode, KafkaError
 from odradek.replica.partition import Partition
+from odradek.security.acl import AclOperation
 
 MARKER_TIMEOUT_MS = 30_000  # request.timeout.ms of Kafka's marker channel
 
@@ -30,13 +35,14 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> dict[st
     b = ctx.broker
     markers = []
     waits: list[tuple[dict[str, Any], Partition, int]] = []
+    denied = cluster_error(ctx, AclOperation.ALTER, AclOperation.CLUSTER_ACTION)
     for m in request.markers:
         topics = []
         for t in m.topics:
             parts = []
             for index in t.partition_indexes:
-                if m.producer_id < 0:
-                    parts.append({"partition_index": index, "error_code": ErrorCode.INVALID_REQUEST})
+                if denied or m.producer_id < 0:
+                    parts.append({"partition_index": index, "error_code": denied or ErrorCode.INVALID_REQUEST})
                     continue
                 entry = {"partition_index": index, "error_code": ErrorCode.NONE}
                 try:
