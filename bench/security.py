@@ -5,7 +5,8 @@ Run (from the repository root, under the benchmarks' shared lock)::
 
     flock /tmp/odradek-bench.lock python -m bench.security            # full, 7 rounds (~8 min)
     flock /tmp/odradek-bench.lock python -m bench.security --quick    # smoke test, 3 rounds (~2 min)
-    python -m bench.security --only handshake                         # a subset (raw,throughput,handshake)
+    python -m bench.security --only handshake                         # a subset (throughput,handshake)
+    python -m bench.security --profile    # py-spy profiles of the broker, PLAINTEXT and SSL, same loads
 
 One broker process (``odradek serve``) with four listeners on 127.0.0.1: PLAINTEXT (admin requests, and the
 baseline), SSL (server certificate only), SASL_PLAINTEXT and SASL_SSL, each SASL listener offering PLAIN (users in
@@ -82,8 +83,10 @@ from bench._common import (
     scratch_dir,
     verdict,
 )
-from bench._kafka import Broker, PerfTool, build_rdkafka_performance, free_port
+from bench._kafka import Broker, PerfTool, build_rdkafka_performance, cpu_split, free_port
 from bench.broker_throughput import (
+    OUT,
+    PySpy,
     Run,
     consume_once,
     phase_raw_tcp,
@@ -175,7 +178,8 @@ class SecureBroker(Broker):
                *(arg for k, v in props.items() for arg in ("--override", f"{k}={v}"))]
         with open(self.log_path, "wb") as logf:
             self.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, cwd=str(REPO),
-                                         env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True)
+                                         env={**os.environ, "PYTHONPATH": str(REPO), **self.env},
+                                         start_new_session=True)
         deadline = time.monotonic() + timeout
         waiting = set(self.ports.values())
         while waiting:
@@ -370,6 +374,39 @@ def record(into: dict[str, list[Run]], r: int, what: str, path: ClientPath, coun
               f"{run.seconds:.2f} s), broker {run.broker_cores:.2f} cores, client {run.client_cores:.2f}", flush=True)
 
 
+def run_profiles(a: argparse.Namespace, tool: PerfTool, b: SecureBroker, scratch: Path) -> None:
+    """``--profile``: py-spy on the broker (``bench.broker_throughput.PySpy``) while PLAINTEXT and SSL produce and
+    consume the throughput phase's loads, three runs each; figures under py-spy are not the benchmark's."""
+    c = b.certificates
+    assert c is not None and b.proc is not None
+    OUT.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    b.create_topic(CONSUME_TOPIC)
+    produce_once(tool, b, RECORD, "1", a.consume + CONSUME_START, a.max_seconds * 3, scratch, topic=CONSUME_TOPIC)
+    for what in ("produce", "consume"):
+        for path in (PLAINTEXT, ClientPath("SSL")):
+            opts = {"bootstrap": b.address(path.listener), "extra": path.librdkafka_options(c)}
+            out = OUT / f"pyspy-{stamp}-security-{what}-{path.listener.lower()}.txt"
+            spy = PySpy(b.proc.pid, out, 3 * a.max_seconds + 60)
+            u0, s0 = cpu_split(b.proc.pid)
+            runs = []
+            for i in range(3):
+                if what == "produce":
+                    topic = f"profile-{path.listener.lower()}-{i}"
+                    b.create_topic(topic)
+                    runs.append(produce_once(tool, b, RECORD, "1", a.count, a.max_seconds, scratch, topic=topic,
+                                             **opts))
+                    b.delete_topic(topic)
+                else:
+                    runs.append(consume_once(tool, b, a.consume, a.max_seconds, topic=CONSUME_TOPIC,
+                                             start=str(CONSUME_START), **opts))
+            u1, s1 = cpu_split(b.proc.pid)
+            summary = spy.stop(sum(r.seconds for r in runs))
+            print(f"\n## {what} {path.name}, 3 runs under py-spy: {median([r.mbps for r in runs]):,.0f} MB/s (median), "
+                  f"broker user {u1 - u0:.2f} s, system {s1 - s0:.2f} s\n  collapsed stacks: "
+                  f"{out.relative_to(REPO)}\n{summary}", flush=True)
+
+
 def phase_acl_overhead(a: argparse.Namespace, tool: PerfTool, b: SecureBroker, scratch: Path) -> None:
     """Goal 3 of issue 16: produce/consume with an authorizer and 1,000 ACLs >= 0.95x of none. Pending: it needs the
     broker's ACL enforcement (another engineer's work in progress); it will run with the throughput phase's
@@ -464,6 +501,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--only", default="throughput,handshake", help="phases: throughput,handshake (acl: pending)")
     ap.add_argument("--rounds", type=int, help="rounds of every throughput run (default 7, quick 3)")
     ap.add_argument("--handshakes", type=int, help="connection setups per path (default 210, quick 60)")
+    ap.add_argument("--profile", action="store_true", help="only py-spy profiles of the broker, PLAINTEXT and SSL")
+    ap.add_argument("--broker-env", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra environment of the broker process (repeatable), for experiments")
     ap.add_argument("--key-type", choices=("ec", "rsa"), default="ec", help="the certificates' keys (default ec)")
     ap.add_argument("--max-seconds", type=float, default=60.0, help="time bound of any one transfer")
     ap.add_argument("--wait", type=float, default=0.0, help="wait up to this many s for an idle machine first")
@@ -483,16 +523,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     facts = machine_facts(a.tmp)
     facts["librdkafka"] = tool.librdkafka
     facts["openssl"] = ssl.OPENSSL_VERSION
+    if a.broker_env:
+        facts["broker env"] = " ".join(a.broker_env)
     print_facts(facts)
     if a.wait:
         wait_for_quiet_machine(a.wait)
     watch, started = CpuWatch(), time.monotonic()
     figs, setups = Figures(), None
     with scratch_dir(a.tmp, "bench-security", int((a.count + a.consume) * RECORD * 1.2) + GB) as scratch:
-        b = SecureBroker("odradek", scratch / "broker", certificates=Certificates.make(scratch, a.key_type))
+        b = SecureBroker("odradek", scratch / "broker", env=dict(kv.split("=", 1) for kv in a.broker_env),
+                         certificates=Certificates.make(scratch, a.key_type))
         b.start()
         try:
             b.add_scram_credentials()
+            if a.profile:
+                run_profiles(a, tool, b, scratch)
+                return
             if "handshake" in phases:
                 print("# handshake", flush=True)
                 setups = phase_handshake(a, b)
