@@ -18,6 +18,7 @@ from confluent_kafka.admin import ResourceType as CkType
 
 from odradek.cluster.zk.server import ZooKeeperServer
 from tests.broker.process import free_port
+from tests.broker.scram_listeners import scram_wrap
 from tests.cluster.brokers import Cluster, serving
 from tests.cluster.zk_process import unique_chroot
 from tests.compat.secure_clients import Security, confluent_config, roundtrip
@@ -29,24 +30,18 @@ ALICE = Security("SASL_PLAINTEXT", "PLAIN", "alice", "alice-secret")
 
 
 def authorized_wrap(port: int) -> Callable[[list[str]], list[str]]:
-    """The broker's command with a PLAINTEXT listener for the fixtures (ANONYMOUS, a super user here) and
-    SASL_PLAINTEXT between brokers, with the authorizer on."""
-    def wrap(cmd: list[str]) -> list[str]:
-        host_at, port_at = cmd.index("--host"), cmd.index("--port")
-        host, plain = cmd[host_at + 1], cmd[port_at + 1]
-        kept = [c for i, c in enumerate(cmd) if i not in (host_at, host_at + 1, port_at, port_at + 1)]
-        props = {
-            "listeners": f"PLAINTEXT://{host}:{plain},SASL_PLAINTEXT://{host}:{port}",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
-            "inter.broker.listener.name": "SASL_PLAINTEXT",
-            "sasl.enabled.mechanisms": "PLAIN",
-            "sasl.mechanism.inter.broker.protocol": "PLAIN",
-            "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
-            "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
-            "super.users": "User:broker;User:ANONYMOUS",
-        }
-        return kept + [arg for k, v in props.items() for arg in ("--override", f"{k}={v}")]
-    return wrap
+    """The SCRAM tests' two listeners (PLAINTEXT for the fixtures: ANONYMOUS, a super user here; SASL_PLAINTEXT on
+    ``port``), with PLAIN logins, SASL_PLAINTEXT between brokers and the authorizer on (later overrides win)."""
+    props = {
+        "inter.broker.listener.name": "SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        "super.users": "User:broker;User:ANONYMOUS",
+    }
+    extra = [arg for k, v in props.items() for arg in ("--override", f"{k}={v}")]
+    return lambda cmd: scram_wrap(port)(cmd) + extra
 
 
 @pytest.fixture(scope="module")
