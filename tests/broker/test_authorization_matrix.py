@@ -393,3 +393,83 @@ def test_each_api_checks_what_kafka_checks(node: inprocess.InProcessBroker, api:
             revoke_all(admin, "User:alice")
             if case.fresh:
                 alice.close()
+
+
+# -- the variants one case per API does not show ---------------------------------------------------------------
+
+
+@pytest.fixture
+def users(node: inprocess.InProcessBroker) -> Iterator[tuple[Conn, Conn]]:
+    with login(node, "admin") as admin, login(node, "alice") as alice:
+        try:
+            yield admin, alice
+        finally:
+            revoke_all(admin, "User:alice")
+
+
+def test_metadata_leaves_out_what_it_may_not_describe_and_auto_creates_only_with_create(
+        node: inprocess.InProcessBroker, users: tuple[Conn, Conn]) -> None:
+    admin, alice = users
+    n = prepare(node, admin, 1003)
+    grant(admin, "User:alice", (TOPIC, n.topic, DESCRIBE))
+    listed = alice.request(apis.METADATA, 12, {"topics": None})
+    assert {t.name for t in listed.topics} == {n.topic}  # the other topics are left out, not refused
+    wanted = {"topics": [{"name": "auto-made"}], "allow_auto_topic_creation": True}
+    assert int(alice.request(apis.METADATA, 12, wanted).topics[0].error_code) == T29  # no DESCRIBE
+    grant(admin, "User:alice", (TOPIC, "auto-made", DESCRIBE))
+    assert int(alice.request(apis.METADATA, 12, wanted).topics[0].error_code) == T29  # no CREATE
+    assert partition_count(admin, Names("auto-made", "", "")) == -1  # not created
+    grant(admin, "User:alice", (TOPIC, "auto-made", CREATE))
+    assert int(alice.request(apis.METADATA, 12, wanted).topics[0].error_code) == 0
+    with_ops = alice.request(apis.METADATA, 10, {"topics": [{"name": n.topic}], "allow_auto_topic_creation": False,
+                                                 "include_cluster_authorized_operations": True,
+                                                 "include_topic_authorized_operations": True})
+    assert with_ops.cluster_authorized_operations == 0  # no DESCRIBE on the cluster
+    assert with_ops.topics[0].topic_authorized_operations == 1 << DESCRIBE
+
+
+def test_transactional_produce_needs_write_on_its_transactional_id(node: inprocess.InProcessBroker,
+                                                                    users: tuple[Conn, Conn]) -> None:
+    from odradek.protocol.records import build_batch
+
+    admin, alice = users
+    n = prepare(node, admin, 1000)
+    grant(admin, "User:alice", (TOPIC, n.topic, WRITE))
+    records = build_batch([(None, b"t")], producer_id=n.pid, producer_epoch=0, base_sequence=0,
+                          is_transactional=True)
+    values = {**wire.produce_values(n.topic, 0, records), "transactional_id": n.txn}
+    r = alice.request(apis.PRODUCE, 9, values)
+    assert partition_code("responses", "partition_responses")(r, n) == X53
+    assert latest(admin, n) == 2  # nothing appended
+
+
+def test_followers_need_cluster_action(node: inprocess.InProcessBroker, users: tuple[Conn, Conn]) -> None:
+    admin, alice = users
+    n = prepare(node, admin, 1001)
+    grant(admin, "User:alice", (TOPIC, n.topic, READ))  # a consumer's ACL does not make a follower
+    follower = {**wire.fetch_values({(n.topic, 0): 0}), "replica_id": 7}
+    assert partition_code("responses")(alice.request(apis.FETCH, 12, follower), n) == T29
+    assert partition_code("responses")(admin.request(apis.FETCH, 12, follower), n) == E.NOT_LEADER_OR_FOLLOWER
+    epochs = {"replica_id": 7, "topics": [{"topic": "t-none", "partitions": [
+        {"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}]}]}
+    assert offset_for_leader_epoch(alice.request(apis.OFFSET_FOR_LEADER_EPOCH, 4, epochs), n) == T29
+    grant(admin, "User:alice", (CLUSTER, "kafka-cluster", CLUSTER_ACTION))  # any topic then, as Kafka
+    assert offset_for_leader_epoch(alice.request(apis.OFFSET_FOR_LEADER_EPOCH, 4, epochs), n) \
+        == E.UNKNOWN_TOPIC_OR_PARTITION
+    assert int(alice.request(apis.ADD_PARTITIONS_TO_TXN, 4, {"transactions": []}).error_code) == 0
+
+
+def test_idempotent_producers_and_transaction_coordinators(node: inprocess.InProcessBroker,
+                                                           users: tuple[Conn, Conn]) -> None:
+    admin, alice = users
+    n = prepare(node, admin, 1002)
+    idempotent = {"transactional_id": None, "transaction_timeout": 60_000, "producer_id": -1, "producer_epoch": -1}
+    assert int(alice.request(apis.INIT_PRODUCER_ID, 5, idempotent).error_code) == C31
+    grant(admin, "User:alice", (TOPIC, n.topic, WRITE))  # KIP-679: WRITE on any topic is enough
+    assert int(alice.request(apis.INIT_PRODUCER_ID, 5, idempotent).error_code) == 0
+    find = {"key_type": 1, "coordinator_keys": [n.txn]}
+    assert results_code("coordinators")(alice.request(apis.FIND_COORDINATOR, 4, find), n) == X53
+    grant(admin, "User:alice", (TXN, n.txn, DESCRIBE))
+    assert results_code("coordinators")(alice.request(apis.FIND_COORDINATOR, 4, find), n) == 0
+    brokers_only = alice.request(apis.ADD_PARTITIONS_TO_TXN, 4, {"transactions": []})
+    assert int(brokers_only.error_code) == C31
