@@ -7,6 +7,8 @@ Run (from the repository root)::
 
 What is measured:
 
+- **step**: the quota step's own cost per request, in process (``phase_step``): exact where the end-to-end runs
+  below are at the mercy of a shared machine's noise.
 - **overhead**: produce (1 KiB records, acks=1, ``rdkafka_performance`` as ``bench.broker_throughput``) and
   consume (the records produced, from the beginning, 5 runs' worth at a time: a single run's 1 GB is read in
   under half a second, too short to judge) against one broker without quotas and one where every client-id
@@ -96,6 +98,58 @@ def phase_overhead(a: argparse.Namespace, scratch: Path) -> dict[str, float]:
     return out
 
 
+def phase_step(a: argparse.Namespace, scratch: Path) -> float:
+    """The quota step's own cost, in process: a 16 KB Produce request dispatched (decoded, appended, answered)
+    without quotas and with generous ones, blocks of requests alternating, the loop time charged as the server
+    does. Exact where the end-to-end runs are noisy: the difference is what the quota step adds per request."""
+    import asyncio
+
+    from odradek.broker.broker import Broker as InProcess
+    from odradek.broker.config import BrokerConfig
+    from odradek.broker.context import RequestContext
+    from odradek.broker.dispatch import dispatch
+    from odradek.broker.throttle import Timed, charge_loop_time
+    from odradek.protocol import apis, entities
+    from odradek.protocol.records import build_batch
+    from odradek.quota.entity import CLIENT_ID, entity
+
+    async def run() -> dict[bool, list[float]]:
+        b = InProcess(BrokerConfig.from_properties({"log.dirs": str(scratch / "step"), "num.partitions": "1",
+                                                    "listeners": "PLAINTEXT://127.0.0.1:0"}))
+        b.start()
+        try:
+            b.create_topic("step", 1)
+            batch = build_batch([(None, b"x" * 1000) for _ in range(16)])
+            request = entities.build(apis.request_class(apis.PRODUCE, 9), {
+                "transactional_id": None, "acks": 1, "timeout": 10_000,
+                "topic_data": [{"name": "step", "partition_data": [{"index": 0, "records": batch}]}]})
+            frame = apis.encode_request(apis.PRODUCE, 9, 1, request, "bench")[4:]
+            state: dict[str, object] = {}
+            out: dict[bool, list[float]] = {False: [], True: []}
+            for _ in range(a.rounds):
+                for on in (False, True):
+                    b.quotas.update({entity([(CLIENT_ID, None)]): GENEROUS} if on else {})
+                    started = time.perf_counter()
+                    for _ in range(2000):
+                        if b.quotas.enabled:  # as the server runs it (broker/server.py)
+                            timed = Timed(dispatch(lambda h: RequestContext(b, h, "127.0.0.1:1", state), frame))
+                            await timed
+                            charge_loop_time(b.quotas, state, timed.seconds)
+                        else:
+                            await dispatch(lambda h: RequestContext(b, h, "127.0.0.1:1", state), frame)
+                    out[on].append((time.perf_counter() - started) / 2000 * 1e6)
+            return out
+        finally:
+            b.stop()
+
+    runs = asyncio.run(run())
+    free, quota = statistics.median(runs[False]), statistics.median(runs[True])
+    print(f"# quota step, in process: a 16 KB Produce request takes {quota:.1f} us with quotas configured vs "
+          f"{free:.1f} us without (medians of {a.rounds} blocks of 2,000): +{quota - free:.1f} us per request; "
+          f"{(quota - free) / 1000:.3f} us per KB on a 1 MB request", flush=True)
+    return quota - free
+
+
 def _load(verb: str, b: Broker, topic: str, client_id: str, seconds: float) -> list[list[float]]:
     out = subprocess.run([sys.executable, "-m", "tests.compat.quota_load", verb, "confluent", b.bootstrap, topic,
                           client_id, str(seconds)], capture_output=True, text=True, timeout=seconds + 120, cwd=REPO)
@@ -168,7 +222,7 @@ def _fill(b: Broker, topic: str, nbytes: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--only", choices=("overhead", "accuracy"), default=None)
+    ap.add_argument("--only", choices=("step", "overhead", "accuracy"), default=None)
     ap.add_argument("--tmp-root", type=Path, default=DEFAULT_TMP_ROOT)
     ap.add_argument("--wait", type=float, default=0.0, help="wait up to this many seconds for an idle machine")
     a = ap.parse_args()
@@ -183,6 +237,8 @@ def main() -> None:
         wait_for_quiet_machine(a.wait)
     started = time.monotonic()
     with scratch_dir(a.tmp_root, "bench-quotas", 6_000 * MB) as scratch:
+        if a.only in (None, "step"):
+            phase_step(a, scratch)
         if a.only in (None, "overhead"):
             phase_overhead(a, scratch)
         if a.only in (None, "accuracy"):

@@ -10,7 +10,9 @@ Invariants:
   for the frame is allocated. Every closed-on-error connection is logged with address and reason.
 - Record sets in Fetch responses go from the page cache to the socket with ``sendfile``, except in responses
   of at most ``SMALL_RESPONSE`` bytes, which are read (the same bytes) and written in one piece: for them an
-  extra loop turn per region costs more than the copy (acks=all waits on followers' small fetches).
+  extra loop turn per region costs more than the copy (acks=all waits on followers' small fetches). TLS
+  connections cannot take ``sendfile``: their regions are read with ``pread`` at their own positions and
+  written through the TLS layer in pieces (asyncio's fallback would read through the file's shared position).
 - Shutdown: stop accepting, let in-flight requests finish and answer, then give each client up to
   ``SHUTDOWN_LINGER_S`` to read its last responses (requests arriving meanwhile are read and dropped,
   unanswered and unapplied) before closing; then flush and mark the logs clean. The linger matters:
@@ -23,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import socket
 import time
 from collections import deque
@@ -47,6 +50,7 @@ _WRITE_HIGH_WATER = 1 << 20
 GROUP_TICK_MS = 50
 SHUTDOWN_LINGER_S = 0.25
 SMALL_RESPONSE = 64 * 1024  # responses up to this size are copied and written at once instead of sendfile
+TLS_READ_CHUNK = 256 * 1024  # file regions sent over TLS are read (pread) and written in pieces of this size
 TLS_HANDSHAKE_TIMEOUT_S = 10.0  # a TLS client that has not finished its handshake by then is dropped
 MAX_DEFERRED = 64  # responses of one connection waiting behind a deferred one before it stops reading
 
@@ -321,6 +325,9 @@ class Server:
             if writer.transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
                 await writer.drain()
             return
+        if writer.get_extra_info("ssl_object") is not None:
+            await self._send_through_tls(writer, chunks)
+            return
         pending: list[bytes] = []
         for chunk in chunks:
             if isinstance(chunk, FileRegion):
@@ -333,6 +340,28 @@ class Server:
                 pending.append(chunk)
         if pending:
             writer.write(b"".join(pending) if len(pending) > 1 else pending[0])
+        if writer.transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
+            await writer.drain()
+
+
+    @staticmethod
+    async def _send_through_tls(writer: asyncio.StreamWriter, chunks: list[Any]) -> None:
+        """A TLS connection cannot take ``sendfile``: its bytes go through the TLS layer. File regions are read
+        with ``pread`` (never through the file's shared position, which other readers move) in pieces of
+        ``TLS_READ_CHUNK``, written as they come, with back-pressure."""
+        for chunk in chunks:
+            if not isinstance(chunk, FileRegion):
+                writer.write(chunk)
+                continue
+            fd, position, end = chunk.file.fileno(), chunk.position, chunk.position + chunk.length
+            while position < end:
+                data = os.pread(fd, min(TLS_READ_CHUNK, end - position), position)
+                if not data:  # the file is shorter than the region: a truncated segment
+                    raise ConnectionError(f"segment {chunk.file.name} ends before its region does")
+                writer.write(data)
+                position += len(data)
+                if writer.transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
+                    await writer.drain()
         if writer.transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
             await writer.drain()
 

@@ -83,29 +83,57 @@ def roundtrip(client: str, bootstrap: str, s: Security, topic: str, values: list
               timeout: float = 30.0) -> list[bytes]:
     """Produce ``values`` to partition 0 of ``topic`` (acks=all) and read partition 0 back from the beginning until
     as many values were read (or ``timeout``): the values read, in order."""
+    produce(client, bootstrap, s, topic, values, timeout)
+    return consume(client, bootstrap, s, topic, len(values), timeout=timeout)
+
+
+def produce(client: str, bootstrap: str, s: Security, topic: str, values: list[bytes], timeout: float = 30.0) -> None:
+    """``values`` to partition 0 of ``topic``, acks=all; raises each library's error if they are not acknowledged."""
     if client == "confluent":
-        return _confluent(bootstrap, s, topic, values, timeout)
+        _confluent_produce(bootstrap, s, topic, values, timeout)
+    elif client == "kafka-python":
+        _kafka_python_produce(bootstrap, s, topic, values, timeout)
+    else:
+        asyncio.run(_aiokafka_produce(bootstrap, s, topic, values, timeout))
+
+
+def consume(client: str, bootstrap: str, s: Security, topic: str, count: int, *, start: int = 0,
+            timeout: float = 30.0) -> list[bytes]:
+    """Up to ``count`` values of partition 0 of ``topic`` from offset ``start`` (fewer if ``timeout`` passes)."""
+    if client == "confluent":
+        return _confluent_consume(bootstrap, s, topic, count, start, timeout)
     if client == "kafka-python":
-        return _kafka_python(bootstrap, s, topic, values, timeout)
-    return asyncio.run(_aiokafka(bootstrap, s, topic, values, timeout))
+        return _kafka_python_consume(bootstrap, s, topic, count, start, timeout)
+    return asyncio.run(_aiokafka_consume(bootstrap, s, topic, count, start, timeout))
 
 
-def _confluent(bootstrap: str, s: Security, topic: str, values: list[bytes], timeout: float) -> list[bytes]:
-    from confluent_kafka import Consumer, Producer, TopicPartition
+def _confluent_produce(bootstrap: str, s: Security, topic: str, values: list[bytes], timeout: float) -> None:
+    from confluent_kafka import Producer
 
     errors: list[Any] = []
     p = Producer({**confluent_config(bootstrap, s), "acks": "all", "message.timeout.ms": int(timeout * 1000)})
     for v in values:
-        p.produce(topic, v, partition=0, on_delivery=lambda err, _m: errors.append(err) if err else None)
+        while True:
+            try:
+                p.produce(topic, v, partition=0, on_delivery=lambda err, _m: errors.append(err) if err else None)
+                break
+            except BufferError:
+                p.poll(0.05)
     left = p.flush(timeout)
     if left or errors:
         raise RuntimeError(f"confluent: {left} records left, errors {errors[:3]}")
+
+
+def _confluent_consume(bootstrap: str, s: Security, topic: str, count: int, start: int,
+                       timeout: float) -> list[bytes]:
+    from confluent_kafka import Consumer, TopicPartition
+
     c = Consumer({**confluent_config(bootstrap, s), "group.id": "unused", "enable.auto.commit": False})
     try:
-        c.assign([TopicPartition(topic, 0, 0)])
+        c.assign([TopicPartition(topic, 0, start)])
         got: list[bytes] = []
         deadline = time.monotonic() + timeout
-        while len(got) < len(values) and time.monotonic() < deadline:
+        while len(got) < count and time.monotonic() < deadline:
             m = c.poll(0.2)
             if m is not None and m.error() is None:
                 got.append(m.value())
@@ -114,8 +142,8 @@ def _confluent(bootstrap: str, s: Security, topic: str, values: list[bytes], tim
         c.close()
 
 
-def _kafka_python(bootstrap: str, s: Security, topic: str, values: list[bytes], timeout: float) -> list[bytes]:
-    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+def _kafka_python_produce(bootstrap: str, s: Security, topic: str, values: list[bytes], timeout: float) -> None:
+    from kafka import KafkaProducer
 
     ms = int(timeout * 1000)
     p = KafkaProducer(**{**kafka_python_config(bootstrap, s), "bootstrap_timeout_ms": ms}, acks="all",
@@ -125,14 +153,20 @@ def _kafka_python(bootstrap: str, s: Security, topic: str, values: list[bytes], 
             f.get(timeout=timeout)
     finally:
         p.close(timeout=5)
+
+
+def _kafka_python_consume(bootstrap: str, s: Security, topic: str, count: int, start: int,
+                          timeout: float) -> list[bytes]:
+    from kafka import KafkaConsumer, TopicPartition
+
     c = KafkaConsumer(**kafka_python_config(bootstrap, s), group_id=None, enable_auto_commit=False,
                       auto_offset_reset="earliest")
     try:
         c.assign([TopicPartition(topic, 0)])
-        c.seek(TopicPartition(topic, 0), 0)
+        c.seek(TopicPartition(topic, 0), start)
         got: list[bytes] = []
         deadline = time.monotonic() + timeout
-        while len(got) < len(values) and time.monotonic() < deadline:
+        while len(got) < count and time.monotonic() < deadline:
             for records in c.poll(timeout_ms=200).values():
                 got.extend(r.value for r in records)
         return got
@@ -140,8 +174,8 @@ def _kafka_python(bootstrap: str, s: Security, topic: str, values: list[bytes], 
         c.close()
 
 
-async def _aiokafka(bootstrap: str, s: Security, topic: str, values: list[bytes], timeout: float) -> list[bytes]:
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+async def _aiokafka_produce(bootstrap: str, s: Security, topic: str, values: list[bytes], timeout: float) -> None:
+    from aiokafka import AIOKafkaProducer
 
     p = AIOKafkaProducer(**aiokafka_config(bootstrap, s), acks="all", request_timeout_ms=int(timeout * 1000))
     async with asyncio.timeout(timeout):
@@ -151,6 +185,12 @@ async def _aiokafka(bootstrap: str, s: Security, topic: str, values: list[bytes]
             await asyncio.wait_for(p.send_and_wait(topic, v, partition=0), timeout)
     finally:
         await p.stop()
+
+
+async def _aiokafka_consume(bootstrap: str, s: Security, topic: str, count: int, start: int,
+                            timeout: float) -> list[bytes]:
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
     c = AIOKafkaConsumer(**aiokafka_config(bootstrap, s), group_id=None, enable_auto_commit=False,
                          auto_offset_reset="earliest")
     async with asyncio.timeout(timeout):
@@ -158,10 +198,10 @@ async def _aiokafka(bootstrap: str, s: Security, topic: str, values: list[bytes]
     try:
         tp = TopicPartition(topic, 0)
         c.assign([tp])
-        c.seek(tp, 0)
+        c.seek(tp, start)
         got: list[bytes] = []
         deadline = time.monotonic() + timeout
-        while len(got) < len(values) and time.monotonic() < deadline:
+        while len(got) < count and time.monotonic() < deadline:
             batches = await c.getmany(tp, timeout_ms=200)
             got.extend(r.value for r in batches.get(tp, []))
         return got

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.broker import inprocess
-from tests.compat.secure_clients import CLIENTS, Security, roundtrip
+from tests.compat.secure_clients import CLIENTS, Security, consume, produce, roundtrip
 from tests.security import certs
 
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
@@ -190,3 +190,18 @@ def test_clients_re_authenticate_before_their_session_ends(setup: Setup, tmp_pat
             logins[peer] = logins.get(peer, 0) + 1
     assert max(logins.values()) >= 3, logins  # one connection authenticated again and again
     assert not any("session expired" in r.getMessage() for r in caplog.records)
+
+
+def test_tls_consumers_read_the_same_bytes_as_plaintext_ones_from_any_offset(node: inprocess.InProcessBroker,
+                                                                              setup: Setup) -> None:
+    """Over TLS the broker cannot sendfile: it reads each region at its own position (a plaintext consumer's
+    sendfile moves the segment file's shared position; reading through it sent nothing or other bytes)."""
+    topic = "tls-reads-like-plaintext"
+    values = [b"%06d:" % i + bytes([65 + i % 26]) * 1000 for i in range(3000)]  # ~3 MB: past small responses
+    plain, tls = setup.security("PLAINTEXT"), setup.security("SSL")
+    produce("confluent", bootstrap(node, "PLAINTEXT"), plain, topic, values)
+    for client in CLIENTS:
+        for start in (0, 1234):
+            assert consume(client, bootstrap(node, "PLAINTEXT"), plain, topic, 3000 - start, start=start) == \
+                values[start:]  # moves the segment's file position
+            assert consume(client, bootstrap(node, "SSL"), tls, topic, 3000 - start, start=start) == values[start:]
