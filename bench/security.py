@@ -19,11 +19,7 @@ unless ``--key-type rsa``), the server's key store PKCS12, the clients trusting 
   one partition, over four client paths: PLAINTEXT, SSL, SASL_SSL with SCRAM-SHA-256 and SASL_SSL with PLAIN.
   Produce writes ``count`` records (quick 500,000, full 2,000,000) into a fresh topic per path and round (deleted
   after it, so the disk stays flat); consume reads ``consume`` records (quick 600,000, full 1,800,000) of one
-  topic, filled once over PLAINTEXT before the rounds, so every path reads the same bytes. Consumers start at
-  offset ``CONSUME_START`` (10,000), not at the beginning, and the topic is one segment (``log.segment.bytes`` 2
-  GiB - 1): a workaround for a broker bug that makes a TLS fetch of a region at file position 0 send nothing once
-  that segment file was read before (asyncio's sendfile fallback, which TLS connections take, does not seek for
-  offset 0 and reads from the file's shared position; see docs/performance.md, "Security (issue 16)"). A run
+  topic, filled once over PLAINTEXT before the rounds, so every path reads the same bytes, from the beginning. A run
   that moves fewer records than asked is reported as failed, not counted. Rounds alternate the paths' order
   (forward, then backward); figures are medians of ``--rounds`` (quick 3, full 7). Goals: produce >= 0.6x and
   consume >= 0.4x PLAINTEXT's MB/s, for SSL and for both SASL_SSL paths (a TLS connection cannot use
@@ -103,8 +99,6 @@ STORE_PASSWORD = "store-pw"
 LISTENERS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 GOALS = {"produce": 0.6, "consume": 0.4}
 CONSUME_TOPIC = "consume"
-CONSUME_START = 10_000  # past the first batch (<= ~1,000 records of 1 KiB): its region starts at file position 0
-SEGMENT_BYTES = 2**31 - 1  # the largest segment: the consume topic fits in one
 CHUNK = 1 * MiB
 
 
@@ -154,7 +148,6 @@ def broker_properties(ports: dict[str, int], c: Certificates) -> dict[str, str]:
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas,
         "listener.name.sasl_ssl.plain.sasl.jaas.config": jaas,
         "num.partitions": "1",
-        "log.segment.bytes": str(SEGMENT_BYTES),
     }
 
 
@@ -332,11 +325,7 @@ def phase_throughput(a: argparse.Namespace, tool: PerfTool, b: SecureBroker, scr
     c = b.certificates
     assert c is not None
     b.create_topic(CONSUME_TOPIC)
-    fill = a.consume + CONSUME_START
-    produce_once(tool, b, RECORD, "1", fill, a.max_seconds * 3, scratch, topic=CONSUME_TOPIC)
-    segments = list((b.data_dir / "data").glob(f"{CONSUME_TOPIC}-0/*.log"))
-    if len(segments) != 1:
-        raise RuntimeError(f"the consume topic has {len(segments)} segments, not one (see CONSUME_START)")
+    produce_once(tool, b, RECORD, "1", a.consume, a.max_seconds * 3, scratch, topic=CONSUME_TOPIC)
     for r in range(a.rounds):
         figs.raw_tcp.append(phase_raw_tcp(scratch, a.raw_bytes, a.max_seconds))
         tls, figs.cipher = tls_loopback(c, a.raw_bytes, a.max_seconds)
@@ -355,7 +344,7 @@ def phase_throughput(a: argparse.Namespace, tool: PerfTool, b: SecureBroker, scr
                 b.delete_topic(topic)
         for path in order:
             record(figs.consume, r, "consume", path, a.consume, functools.partial(
-                consume_once, tool, b, a.consume, a.max_seconds, topic=CONSUME_TOPIC, start=str(CONSUME_START),
+                consume_once, tool, b, a.consume, a.max_seconds, topic=CONSUME_TOPIC,
                 bootstrap=b.address(path.listener), extra=path.librdkafka_options(c)))
 
 
@@ -382,7 +371,7 @@ def run_profiles(a: argparse.Namespace, tool: PerfTool, b: SecureBroker, scratch
     OUT.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     b.create_topic(CONSUME_TOPIC)
-    produce_once(tool, b, RECORD, "1", a.consume + CONSUME_START, a.max_seconds * 3, scratch, topic=CONSUME_TOPIC)
+    produce_once(tool, b, RECORD, "1", a.consume, a.max_seconds * 3, scratch, topic=CONSUME_TOPIC)
     for what in ("produce", "consume"):
         for path in (PLAINTEXT, ClientPath("SSL")):
             opts = {"bootstrap": b.address(path.listener), "extra": path.librdkafka_options(c)}
@@ -399,7 +388,7 @@ def run_profiles(a: argparse.Namespace, tool: PerfTool, b: SecureBroker, scratch
                     b.delete_topic(topic)
                 else:
                     runs.append(consume_once(tool, b, a.consume, a.max_seconds, topic=CONSUME_TOPIC,
-                                             start=str(CONSUME_START), **opts))
+                                             **opts))
             u1, s1 = cpu_split(b.proc.pid)
             summary = spy.stop(sum(r.seconds for r in runs))
             print(f"\n## {what} {path.name}, 3 runs under py-spy: {median([r.mbps for r in runs]):,.0f} MB/s (median), "
