@@ -14,8 +14,9 @@ What is measured:
   seconds from the pass's start to the end of its swap. Beside it, **raw**: this machine's limit for *reading and
   rewriting the same bytes* (the same segment files read in 512 KiB chunks with ``pread`` and written to a new
   file, page cache, no fsync), median of 3, measured in the same run. Goal: cleaner >= 0.5x raw.
-- **memory**: the worker's peak RSS (``VmHWM``) above its RSS before the pass, beside
-  ``log.cleaner.dedupe.buffer.size`` (64 MiB here) — the cleaner must stay within its configured buffer.
+- **memory**: the worker's peak RSS (``VmHWM``) above its RSS before the pass, once it is ready (its compiled
+  kernel loaded: numba's runtime is a fixed cost, not the pass's), beside ``log.cleaner.dedupe.buffer.size``
+  (64 MiB here) — the cleaner must stay within its configured buffer.
 - **impact on clients**: the same broker configuration twice, ``log.cleaner.enable=false`` then ``true``. In each,
   a compacted topic is filled with ``--table-mb`` MB of 1 KiB keyed records (10 % distinct keys), and a background
   producer keeps dirtying it at ``--dirty-mbps`` MB/s all along (min.cleanable.dirty.ratio 0.1,
