@@ -230,18 +230,22 @@ def map_batch(task: CleanTask, raw: bytes, h: rb.BatchHeader, offset_map: KeyOff
     if h.is_transactional and aborted.covers(h) is not None:
         return None
     base = h.base_offset
-    put = offset_map.put
+    keys: list[bytes] = []
+    offsets: list[int] = []
+    end = None
     for r in scan_records(batch_body(raw, h), h):
         offset = base + r[OFFSET_DELTA]
         key = r[KEY]
         if offset < task.first_dirty or key is None:
             continue
         if offset >= task.first_uncleanable:
-            return task.first_uncleanable
-        if not put(key, offset):
-            return offset
-        stats.map_records += 1
-    return None
+            end = task.first_uncleanable
+            break
+        keys.append(key)
+        offsets.append(offset)
+    done = offset_map.put_many(keys, offsets)  # in order, until one does not fit
+    stats.map_records += done
+    return offsets[done] if done < len(keys) else end
 
 
 def build_offset_map(task: CleanTask, offset_map: KeyOffsets, aborted: _Aborted, stats: CleanStats,
@@ -305,10 +309,11 @@ class _Rewriter:
         return rewrite_batch(raw, h, body, records, kept, delete_horizon=self.horizon if stamp else None), None
 
     def _kept(self, h: rb.BatchHeader, records: list[RecordSpan]) -> list[RecordSpan]:
-        get = self.map.get
         base = h.base_offset
         mapped_to = self.map.latest_offset
         expired = has_delete_horizon(h) and self.task.now_ms >= h.base_timestamp
+        latest = iter(self.map.get_many([key for r in records
+                                         if (key := r[KEY]) is not None and base + r[OFFSET_DELTA] <= mapped_to]))
         kept = []
         for r in records:
             key = r[KEY]
@@ -319,7 +324,7 @@ class _Rewriter:
             if key is None:
                 self.stats.keyless_removed += 1
                 continue
-            if offset < get(key):
+            if offset < next(latest):  # (the latest offset of this key)
                 continue
             if expired and not r[HAS_VALUE]:
                 self.stats.tombstones_removed += 1

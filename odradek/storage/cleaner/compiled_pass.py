@@ -28,7 +28,9 @@ Invariants:
   that buffer is used and shut down when the pass ends (``CompiledPass`` is a context manager).
 - numba compiles the kernel on first use (about 7 s) and caches it beside the modules (``cache=True``);
   ``warm_up`` loads it (about 0.3 s) when a worker starts, before it says it is ready, so a pass never waits for
-  the compiler once the cache exists.
+  the compiler once the cache exists. numba keys a function's cache on its own module's source only: a change
+  to ``key_table.py`` alone leaves ``kernel``'s cached functions as they were compiled — change ``kernel.py``
+  too, or remove the ``*.nbi``/``*.nbc`` files of ``__pycache__``.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ from odradek.storage.cleaner.clean import (
     _Rewriter,
     map_batch,
 )
-from odradek.storage.cleaner.key_table import CompiledOffsetMap, latest_offsets, table_get, table_put
+from odradek.storage.cleaner.key_table import CompiledOffsetMap, latest_offsets
 from odradek.storage.cleaner.planning import SegmentSummary
 from odradek.storage.segment import LOG_SUFFIX, segment_name
 
@@ -364,9 +366,8 @@ class CompiledPass:
 def warm_up() -> None:
     """Load (or compile, the first time) every kernel function with the argument types a pass uses."""
     m = CompiledOffsetMap(1024, 1.0)
-    key = np.frombuffer(b"k", np.uint8)
-    table_put(m.table, key, 0, 1, 0)
-    table_get(m.table, key, 0, 1)
+    m.put_many([b"k"], [0])  # (what the reference code calls, for the batches the kernel leaves)
+    m.get_many([b"k"])
     m.clear()
     work = _Work()
     out = _Output(1024)

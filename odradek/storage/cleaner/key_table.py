@@ -195,6 +195,33 @@ def table_get(t: KeyTable, buf: np.ndarray, at: int, n: int) -> int:
     return -1 if e < 0 else t.entries[e, OFFSET]
 
 
+@njit(cache=True, nogil=True)
+def table_put_many(t: KeyTable, keys: np.ndarray, ends: np.ndarray, offsets: np.ndarray) -> int:
+    """``table_put`` of each key ``keys[ends[i - 1]:ends[i]]`` to ``offsets[i]``, in order: how many were put
+    before one did not fit (all of them if all did)."""
+    start = 0
+    for i in range(offsets.shape[0]):
+        if not table_put(t, keys, start, ends[i] - start, offsets[i]):
+            return i
+        start = ends[i]
+    return offsets.shape[0]
+
+
+@njit(cache=True, nogil=True)
+def table_get_many(t: KeyTable, keys: np.ndarray, ends: np.ndarray, out: np.ndarray) -> None:
+    """``out[i]`` = ``table_get`` of the key ``keys[ends[i - 1]:ends[i]]``."""
+    start = 0
+    for i in range(out.shape[0]):
+        out[i] = table_get(t, keys, start, ends[i] - start)
+        start = ends[i]
+
+
+def _joined(keys: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """The keys' bytes end to end, and where each ends."""
+    return (np.frombuffer(b"".join(keys), np.uint8),
+            np.fromiter((len(k) for k in keys), np.int64, len(keys)).cumsum())
+
+
 def latest_offsets(t: KeyTable) -> np.ndarray:
     """Every key's latest offset, sorted (each record of the mapped part whose offset is not here was superseded)."""
     return np.sort(t.entries[: t.meta[COUNT], OFFSET])
@@ -233,6 +260,22 @@ class CompiledOffsetMap:
 
     def get(self, key: bytes) -> int:
         return int(table_get(self.table, np.frombuffer(key, np.uint8), 0, len(key)))
+
+    def put_many(self, keys: list[bytes], offsets: list[int]) -> int:
+        """``put`` of each key to its offset in order (one compiled call): how many before one did not fit."""
+        if not keys:
+            return 0
+        joined, ends = _joined(keys)
+        return int(table_put_many(self.table, joined, ends, np.array(offsets, np.int64)))
+
+    def get_many(self, keys: list[bytes]) -> list[int]:
+        """``get`` of each key (one compiled call)."""
+        if not keys:
+            return []
+        joined, ends = _joined(keys)
+        out = np.empty(len(keys), np.int64)
+        table_get_many(self.table, joined, ends, out)
+        return out.tolist()
 
     def utilization(self) -> float:
         return self.charged / self.memory_bytes

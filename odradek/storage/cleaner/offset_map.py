@@ -38,6 +38,10 @@ class KeyOffsets(Protocol):
 
     def get(self, key: bytes) -> int: ...
 
+    def put_many(self, keys: list[bytes], offsets: list[int]) -> int: ...
+
+    def get_many(self, keys: list[bytes]) -> list[int]: ...
+
     def utilization(self) -> float: ...
 
     def clear(self) -> None: ...
@@ -88,6 +92,20 @@ class OffsetMap:
     def get(self, key: bytes) -> int:
         """The latest offset mapped for ``key``, -1 if none."""
         return self.offsets.get(key, -1)
+
+    def put_many(self, keys: list[bytes], offsets: list[int]) -> int:
+        """``put`` of each key to its offset, in order: how many were put before one did not fit (a batch's
+        keys in one call: the compiled map's calls cost more than a dict's)."""
+        put = self.put
+        for i, (key, offset) in enumerate(zip(keys, offsets, strict=True)):
+            if not put(key, offset):
+                return i
+        return len(keys)
+
+    def get_many(self, keys: list[bytes]) -> list[int]:
+        """``get`` of each key."""
+        get = self.offsets.get
+        return [get(key, -1) for key in keys]
 
     def utilization(self) -> float:
         return self.charged / self.memory_bytes

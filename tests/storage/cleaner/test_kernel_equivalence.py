@@ -221,6 +221,13 @@ def test_the_compiled_map_charges_and_answers_as_the_reference_map(keys: list[by
         for i in range(800):
             key = keys[i % len(keys)] + b"%d" % i
             assert got.get(key) == ref.get(key)
+        for i in range(0, 2000, 7):  # a batch's keys in one call: put in order until one does not fit
+            batch = [keys[j % len(keys)] + b"%d" % (j % 900) for j in range(i, i + 7)]
+            offsets = list(range(3000 + i, 3007 + i))
+            assert got.put_many(batch, offsets) == ref.put_many(batch, offsets)
+            assert got.get_many(batch) == ref.get_many(batch)
+        assert (got.charged, got.latest_offset, got.size) == (ref.charged, ref.latest_offset, ref.size)
+        assert got.put_many([], []) == ref.put_many([], []) == 0 and got.get_many([]) == []
         got.clear()
         assert (got.size, got.charged, got.latest_offset, got.get(keys[0] + b"0")) == (0, 0, -1, -1)
 
