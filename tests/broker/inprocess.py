@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
+
+import pytest
 
 from odradek.broker.broker import Broker
 from odradek.broker.config import BrokerConfig
@@ -59,3 +61,13 @@ class InProcessBroker:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(timeout=10)
             self.loop.close()
+
+
+def serving(tmp_path_factory: pytest.TempPathFactory, name: str, props: dict[str, str]) -> Iterator[InProcessBroker]:
+    """The body of a module-scoped broker fixture: ``yield from inprocess.serving(tmp_path_factory, "name", PROPS)``
+    (data in a fresh temporary directory ``name``; closed at the end)."""
+    b = InProcessBroker(tmp_path_factory.mktemp(name), props)
+    try:
+        yield b
+    finally:
+        b.close()

@@ -55,11 +55,7 @@ ZERO_UUID = uuid.UUID(int=0)
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[inprocess.InProcessBroker]:
-    b = inprocess.InProcessBroker(tmp_path_factory.mktemp("authz"), PROPS)
-    try:
-        yield b
-    finally:
-        b.close()
+    yield from inprocess.serving(tmp_path_factory, "authz", PROPS)
 
 
 def port(node: inprocess.InProcessBroker) -> tuple[str, int]:

@@ -24,11 +24,7 @@ PROPS = {
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[inprocess.InProcessBroker]:
-    b = inprocess.InProcessBroker(tmp_path_factory.mktemp("listeners"), PROPS)
-    try:
-        yield b
-    finally:
-        b.close()
+    yield from inprocess.serving(tmp_path_factory, "listeners", PROPS)
 
 
 def _address(node: inprocess.InProcessBroker, name: str) -> tuple[str, int]:

@@ -18,6 +18,7 @@ from kazoo.client import KazooClient
 
 from odradek.cluster.zk.server import ZooKeeperServer
 from tests.broker.process import free_port
+from tests.broker.scram_listeners import listeners_wrap
 from tests.cluster.brokers import Cluster, serving
 from tests.cluster.zk_process import unique_chroot
 from tests.compat.secure_clients import Security, roundtrip
@@ -31,25 +32,19 @@ SECURE_PORTS: dict[int, int] = {}
 def secure_wrap(port: int, keystore: Path, truststore: Path) -> Callable[[list[str]], list[str]]:
     """The broker's command with a PLAINTEXT listener for clients (where the fixtures wait) and SASL_SSL between
     brokers."""
-    def wrap(cmd: list[str]) -> list[str]:
-        host_at, port_at = cmd.index("--host"), cmd.index("--port")
-        host, plain = cmd[host_at + 1], cmd[port_at + 1]
-        kept = [c for i, c in enumerate(cmd) if i not in (host_at, host_at + 1, port_at, port_at + 1)]
-        props = {
-            "listeners": f"PLAINTEXT://{host}:{plain},SASL_SSL://{host}:{port}",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL",
-            "inter.broker.listener.name": "SASL_SSL",
-            "sasl.enabled.mechanisms": "PLAIN",
-            "sasl.mechanism.inter.broker.protocol": "PLAIN",
-            "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS,
-            "ssl.keystore.type": "PKCS12",
-            "ssl.keystore.location": str(keystore),
-            "ssl.keystore.password": "store-pw",
-            "ssl.truststore.type": "PEM",
-            "ssl.truststore.location": str(truststore),
-        }
-        return kept + [arg for k, v in props.items() for arg in ("--override", f"{k}={v}")]
-    return wrap
+    return listeners_wrap(lambda host, plain: {
+        "listeners": f"PLAINTEXT://{host}:{plain},SASL_SSL://{host}:{port}",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL",
+        "inter.broker.listener.name": "SASL_SSL",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS,
+        "ssl.keystore.type": "PKCS12",
+        "ssl.keystore.location": str(keystore),
+        "ssl.keystore.password": "store-pw",
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(truststore),
+    })
 
 
 @pytest.fixture(scope="module")

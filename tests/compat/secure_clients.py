@@ -49,12 +49,17 @@ def confluent_config(bootstrap: str, s: Security) -> dict[str, Any]:
     return c
 
 
-def kafka_python_config(bootstrap: str, s: Security) -> dict[str, Any]:
-    c: dict[str, Any] = {"bootstrap_servers": bootstrap, "security_protocol": s.protocol,
-                         "bootstrap_timeout_ms": 10_000}
+def _python_client_config(bootstrap: str, s: Security) -> dict[str, Any]:
+    """What kafka-python and aiokafka name alike: the address, the protocol and SASL."""
+    c: dict[str, Any] = {"bootstrap_servers": bootstrap, "security_protocol": s.protocol}
     if s.mechanism:
         c.update({"sasl_mechanism": s.mechanism, "sasl_plain_username": s.username,
                   "sasl_plain_password": s.password})
+    return c
+
+
+def kafka_python_config(bootstrap: str, s: Security) -> dict[str, Any]:
+    c = {**_python_client_config(bootstrap, s), "bootstrap_timeout_ms": 10_000}
     if s.tls:
         c.update({"ssl_cafile": str(s.cafile), "ssl_check_hostname": s.check_hostname})
         if s.certfile:
@@ -67,11 +72,8 @@ def kafka_python_config(bootstrap: str, s: Security) -> dict[str, Any]:
 def aiokafka_config(bootstrap: str, s: Security) -> dict[str, Any]:
     from aiokafka.helpers import create_ssl_context
 
-    c: dict[str, Any] = {"bootstrap_servers": bootstrap, "security_protocol": s.protocol}
-    if s.mechanism:
-        c.update({"sasl_mechanism": s.mechanism, "sasl_plain_username": s.username,
-                  "sasl_plain_password": s.password})
-    if s.tls:
+    c = _python_client_config(bootstrap, s)
+    if s.tls:  # aiokafka takes an SSLContext of its own helper's making
         ctx = create_ssl_context(cafile=str(s.cafile), certfile=str(s.certfile) if s.certfile else None,
                                  keyfile=str(s.keyfile) if s.keyfile else None, password=s.key_password)
         ctx.check_hostname = s.check_hostname

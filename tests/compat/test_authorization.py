@@ -38,11 +38,7 @@ TIMEOUT = 30.0
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[inprocess.InProcessBroker]:
-    b = inprocess.InProcessBroker(tmp_path_factory.mktemp("authz-clients"), PROPS)
-    try:
-        yield b
-    finally:
-        b.close()
+    yield from inprocess.serving(tmp_path_factory, "authz-clients", PROPS)
 
 
 def sasl(node: inprocess.InProcessBroker) -> str:

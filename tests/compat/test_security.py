@@ -76,11 +76,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
 
 @pytest.fixture(scope="module")
 def node(setup: Setup, tmp_path_factory: pytest.TempPathFactory) -> Iterator[inprocess.InProcessBroker]:
-    b = inprocess.InProcessBroker(tmp_path_factory.mktemp("secure"), setup.props)
-    try:
-        yield b
-    finally:
-        b.close()
+    yield from inprocess.serving(tmp_path_factory, "secure", setup.props)
 
 
 def bootstrap(node: inprocess.InProcessBroker, listener: str) -> str:
