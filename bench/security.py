@@ -37,8 +37,10 @@ unless ``--key-type rsa``), the server's key store PKCS12, the clients trusting 
   SCRAM login, as librdkafka does it). Paths: PLAINTEXT, SSL, SASL_PLAINTEXT/PLAIN, SASL_SSL/PLAIN,
   SASL_SSL/SCRAM-SHA-256, SASL_SSL/SCRAM-SHA-512, in blocks of 10 rotating over the paths. Median and p99 in ms,
   with the broker's CPU per setup. The issue names no bound for it: the figures stand beside PLAINTEXT's.
-- **acl** (pending): throughput with an authorizer and 1,000 ACLs >= 0.95x of none waits for ACL enforcement;
-  ``phase_acl_overhead`` is where it goes.
+- **acl**: produce and consume as one authenticated user (SASL_PLAINTEXT, PLAIN; not a super user) on two brokers,
+  one without an authorizer and one with Kafka's ``AclAuthorizer`` and 1,000 ACLs (the user's own on its topics and
+  groups, the rest other users' literal, prefixed and DENY ACLs on other topics and groups), runs alternating
+  between the two, medians of ``--rounds``; goal: >= 0.95x of no authorizer.
 
 Every transfer is bounded by ``--max-seconds``; the broker runs in a fresh scratch directory removed on exit.
 """
@@ -159,6 +161,7 @@ class SecureBroker(Broker):
 
     certificates: Certificates | None = None
     ports: dict[str, int] = field(default_factory=dict)
+    extra: dict[str, str] = field(default_factory=dict)  # more server.properties keys (the ACL phase's authorizer)
 
     def start(self, timeout: float = 30) -> SecureBroker:
         assert self.certificates is not None
@@ -166,7 +169,8 @@ class SecureBroker(Broker):
         self.port = self.ports["PLAINTEXT"]
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}.odradek.log"
-        props = {**broker_properties(self.ports, self.certificates), "log.dirs": str(self.data_dir / "data")}
+        props = {**broker_properties(self.ports, self.certificates), "log.dirs": str(self.data_dir / "data"),
+                 **self.extra}
         cmd = [sys.executable, "-m", "odradek.cli.main", "--log-level", "WARNING", "serve",
                *(arg for k, v in props.items() for arg in ("--override", f"{k}={v}"))]
         with open(self.log_path, "wb") as logf:
@@ -319,6 +323,8 @@ class Figures:
     raw_tcp: list[float] = field(default_factory=list)
     raw_tls: list[float] = field(default_factory=list)
     cipher: str = "?"
+    acl_produce: dict[str, dict[str, list[Run]]] = field(default_factory=dict)  # broker ("none"/"acls") -> path
+    acl_consume: dict[str, dict[str, list[Run]]] = field(default_factory=dict)
 
 
 def phase_throughput(a: argparse.Namespace, tool: PerfTool, b: SecureBroker, scratch: Path, figs: Figures) -> None:
@@ -396,11 +402,92 @@ def run_profiles(a: argparse.Namespace, tool: PerfTool, b: SecureBroker, scratch
                   f"{out.relative_to(REPO)}\n{summary}", flush=True)
 
 
-def phase_acl_overhead(a: argparse.Namespace, tool: PerfTool, b: SecureBroker, scratch: Path) -> None:
-    """Goal 3 of issue 16: produce/consume with an authorizer and 1,000 ACLs >= 0.95x of none. Pending: it needs the
-    broker's ACL enforcement (another engineer's work in progress); it will run with the throughput phase's
-    loads on a second broker with the authorizer on and compare medians the same way."""
-    raise NotImplementedError("ACL enforcement is not in the broker yet: the ACL overhead phase is pending")
+ACL_PATH = ClientPath("SASL_PLAINTEXT", PLAIN)  # an authenticated user who is not a super user
+ACL_COUNT = 1_000
+AUTHORIZER = {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+              "super.users": "User:ANONYMOUS"}  # the benchmark's own PLAINTEXT admin requests
+
+
+def create_acls(b: SecureBroker, topics: Sequence[str]) -> int:
+    """``ACL_COUNT`` ACLs: what the benchmark's user needs on ``topics`` (WRITE, READ, DESCRIBE, and READ on every
+    group) and, around them, ACLs of other users on other topics, prefixes and groups, as a shared cluster has."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    allow = AclPermissionType.ALLOW
+    lit, pre = ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED
+    bindings = [AclBinding(ResourceType.TOPIC, t, lit, f"User:{USER}", "*", op, allow)
+                for t in topics for op in (AclOperation.WRITE, AclOperation.READ, AclOperation.DESCRIBE)]
+    bindings.append(AclBinding(ResourceType.GROUP, "*", lit, f"User:{USER}", "*", AclOperation.READ, allow))
+    i = 0
+    while len(bindings) < ACL_COUNT:
+        kind = i % 4
+        if kind == 0:
+            bindings.append(AclBinding(ResourceType.TOPIC, f"team-{i}", lit, f"User:user-{i % 97}", "*",
+                                       AclOperation.READ, allow))
+        elif kind == 1:
+            bindings.append(AclBinding(ResourceType.TOPIC, f"app-{i}-", pre, f"User:user-{i % 97}", "*",
+                                       AclOperation.WRITE, allow))
+        elif kind == 2:
+            bindings.append(AclBinding(ResourceType.GROUP, f"group-{i}", lit, f"User:user-{i % 97}", "*",
+                                       AclOperation.READ, allow))
+        else:
+            bindings.append(AclBinding(ResourceType.TOPIC, f"team-{i}", lit, f"User:user-{i % 97}", "10.0.0.1",
+                                       AclOperation.ALL, AclPermissionType.DENY))
+        i += 1
+    admin = AdminClient({"bootstrap.servers": b.bootstrap, "log_level": 3})
+    for f in admin.create_acls(bindings, request_timeout=60).values():
+        f.result(timeout=60)
+    return len(bindings)
+
+
+def phase_acl_overhead(a: argparse.Namespace, tool: PerfTool, brokers: dict[str, SecureBroker], scratch: Path,
+                       figs: Figures) -> None:
+    """Produce and consume as the same authenticated user (SASL_PLAINTEXT, PLAIN) on a broker without an authorizer
+    and on one with Kafka's authorizer and ``ACL_COUNT`` ACLs, runs alternating between the two; goal: >= 0.95x."""
+    for name, b in brokers.items():
+        b.create_topic(CONSUME_TOPIC)
+        produce_once(tool, b, RECORD, "1", a.consume, a.max_seconds * 3, scratch, topic=CONSUME_TOPIC)
+        print(f"# {name}: consume topic filled", flush=True)
+    c = brokers["none"].certificates
+    assert c is not None
+    topics = [CONSUME_TOPIC, *(f"acl-produce-{r}" for r in range(a.rounds))]
+    print(f"# {create_acls(brokers['acls'], topics):,} ACLs created on the authorizing broker", flush=True)
+    for r in range(a.rounds):
+        order = ("none", "acls") if r % 2 == 0 else ("acls", "none")
+        for name in order:
+            b = brokers[name]
+            path = ACL_PATH
+            topic = f"acl-produce-{r}"
+            b.create_topic(topic)
+            try:
+                record(figs.acl_produce.setdefault(name, {}), r, "produce", path, a.count, functools.partial(
+                    produce_once, tool, b, RECORD, "1", a.count, a.max_seconds, scratch, topic=topic,
+                    bootstrap=b.address(path.listener), extra=path.librdkafka_options(c)))
+            finally:
+                b.delete_topic(topic)
+        for name in order:
+            b = brokers[name]
+            record(figs.acl_consume.setdefault(name, {}), r, "consume", ACL_PATH, a.consume, functools.partial(
+                consume_once, tool, b, a.consume, a.max_seconds, topic=CONSUME_TOPIC,
+                bootstrap=b.address(ACL_PATH.listener), extra=ACL_PATH.librdkafka_options(c)))
+
+
+def print_acl_overhead(figs: Figures) -> None:
+    print()
+    for what, runs in (("produce", figs.acl_produce), ("consume", figs.acl_consume)):
+        free = median([x.mbps for x in runs["none"][ACL_PATH.name]])
+        acls = median([x.mbps for x in runs["acls"][ACL_PATH.name]])
+        print(f"{what} over {ACL_PATH.name} with an authorizer and {ACL_COUNT:,} ACLs: {acls:,.0f} MB/s vs "
+              f"{free:,.0f} MB/s without = {acls / free:.3f}x (goal >= 0.95: {verdict(acls / free, 0.95)})")
+        print("  runs (MB/s): " + "; ".join(f"{n} " + ", ".join(f"{x.mbps:,.0f}" for x in rs[ACL_PATH.name])
+                                             for n, rs in runs.items()))
 
 
 # -- handshakes ------------------------------------------------------------------------------------------------
@@ -487,7 +574,7 @@ def print_handshakes(results: dict[str, Setups]) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="3 rounds of 200,000 records, 60 handshakes per path")
-    ap.add_argument("--only", default="throughput,handshake", help="phases: throughput,handshake (acl: pending)")
+    ap.add_argument("--only", default="throughput,handshake,acl", help="phases: throughput,handshake,acl")
     ap.add_argument("--rounds", type=int, help="rounds of every throughput run (default 7, quick 3)")
     ap.add_argument("--handshakes", type=int, help="connection setups per path (default 210, quick 60)")
     ap.add_argument("--profile", action="store_true", help="only py-spy profiles of the broker, PLAINTEXT and SSL")
@@ -504,8 +591,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     a.consume = 600_000 if a.quick else 1_800_000
     a.raw_bytes = (256 if a.quick else 1024) * MiB
     phases = set(a.only.split(","))
-    if "acl" in phases:
-        ap.error("the acl phase is pending: it needs the broker's ACL enforcement (see phase_acl_overhead)")
 
     tool = build_rdkafka_performance()
     a.tmp.mkdir(parents=True, exist_ok=True)
@@ -520,8 +605,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     watch, started = CpuWatch(), time.monotonic()
     figs, setups = Figures(), None
     with scratch_dir(a.tmp, "bench-security", int((a.count + a.consume) * RECORD * 1.2) + GB) as scratch:
+        certificates = Certificates.make(scratch, a.key_type)
         b = SecureBroker("odradek", scratch / "broker", env=dict(kv.split("=", 1) for kv in a.broker_env),
-                         certificates=Certificates.make(scratch, a.key_type))
+                         certificates=certificates)
         b.start()
         try:
             b.add_scram_credentials()
@@ -536,10 +622,24 @@ def main(argv: Sequence[str] | None = None) -> None:
                 phase_throughput(a, tool, b, scratch, figs)
         finally:
             b.stop()
+        if "acl" in phases:
+            print("# acl", flush=True)
+            brokers = {name: SecureBroker("odradek", scratch / f"acl-{name}", certificates=certificates,
+                                          extra=AUTHORIZER if name == "acls" else {}) for name in ("none", "acls")}
+            try:
+                for one in brokers.values():
+                    one.start()
+                phase_acl_overhead(a, tool, brokers, scratch, figs)
+            finally:
+                for one in brokers.values():
+                    if one.proc is not None:
+                        one.stop()
     if figs.produce:
         print_throughput(figs, a.rounds)
     if setups:
         print_handshakes(setups)
+    if figs.acl_produce:
+        print_acl_overhead(figs)
     print(f"\nother CPU use during the run: {watch.other_share():.0%} of {os.cpu_count()} CPUs; "
           f"run took {time.monotonic() - started:.0f} s")
 
