@@ -32,24 +32,10 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from odradek.protocol import apis
 from odradek.protocol.errors import ErrorCode
-
-SASL_APIS = frozenset({apis.SASL_HANDSHAKE, apis.SASL_AUTHENTICATE})
-
-
-class SaslServer(Protocol):
-    """One mechanism's server side for one exchange (``protocol/sasl``)."""
-
-    @property
-    def complete(self) -> bool: ...
-
-    @property
-    def authorization_id(self) -> str: ...
-
-    def respond(self, token: bytes) -> bytes: ...
+from odradek.protocol.sasl import SaslAuthenticationError, SaslServer
 
 
 class AuthenticationFailed(Exception):
@@ -147,7 +133,7 @@ class SaslAuthentication:
         server = self._server
         try:
             challenge = server.respond(token)
-        except Exception as e:
+        except SaslAuthenticationError as e:  # the mechanisms raise nothing else (protocol/sasl/base.py)
             self.state = State.FAILED
             raise AuthenticationFailed(_message(e)) from None
         if not server.complete:
@@ -171,7 +157,7 @@ def _name(api_key: int) -> str:
     return spec.name if spec is not None else f"api key {api_key}"
 
 
-def _message(e: Exception) -> str:
+def _message(e: SaslAuthenticationError) -> str:
     """What the client is told: the mechanism's own message (it never holds a secret), else a generic one."""
     text = str(e).strip()
     if not text:

@@ -12,9 +12,9 @@ Invariants:
   ``listener.security.protocol.map`` (``broker/listener_security.py`` checks what each protocol needs; a
   ``listener.name.<listener>.<key>`` names an existing listener and a key a listener may override).
   ``advertised_listeners`` holds the advertised address of every listener, in ``listeners`` order (a listener not
-  named in
-  ``advertised.listeners`` advertises itself; an unset, ``0.0.0.0`` or ``::`` host advertises
-  127.0.0.1); ``advertised_host``/``advertised_port`` are the first one's, kept in step with it.
+  named in ``advertised.listeners`` advertises itself; an unset, ``0.0.0.0`` or ``::`` host advertises
+  127.0.0.1); ``advertised_host``/``advertised_port`` are the first one's; ``bound`` fills in a port 0 once the
+  server has bound it.
 - Cross-key rules are Kafka's: ``replica.fetch.wait.max.ms`` <= ``replica.lag.time.max.ms`` and
   <= ``replica.socket.timeout.ms``.
 - Topic-level defaults (``log.segment.bytes`` ...) are turned into a ``LogConfig`` by
@@ -626,20 +626,10 @@ class BrokerConfig:
         """The host the first listener advertises (``advertised_listeners[0]``)."""
         return self.advertised_listeners[0].host
 
-    @advertised_host.setter
-    def advertised_host(self, host: str) -> None:
-        first = self.advertised_listeners[0]
-        self.advertised_listeners[0] = Listener(first.name, host, first.port, first.security_protocol)
-
     @property
     def advertised_port(self) -> int:
-        """The port the first listener advertises; the server sets it once it has bound port 0."""
+        """The port the first listener advertises (set by ``bound`` once a port 0 is bound)."""
         return self.advertised_listeners[0].port
-
-    @advertised_port.setter
-    def advertised_port(self, port: int) -> None:
-        first = self.advertised_listeners[0]
-        self.advertised_listeners[0] = Listener(first.name, first.host, port, first.security_protocol)
 
     def advertised_for(self, name: str) -> Listener:
         """This broker's advertised address on the listener named ``name`` (the first one for an unknown name)."""
@@ -658,7 +648,7 @@ class BrokerConfig:
     @property
     def inter_broker_listener(self) -> Listener:
         """The advertised address of the listener other brokers replicate through."""
-        return next(a for a in self.advertised_listeners if a.name == self.inter_broker_listener_name)
+        return self.advertised_for(self.inter_broker_listener_name)
 
     def endpoints(self) -> tuple[Endpoint, ...]:
         """The advertised listeners as a broker registers them in ZooKeeper (``BrokerRegistration``)."""

@@ -22,10 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from odradek.broker.authentication import SaslServer, SaslSettings
+from odradek.broker.authentication import SaslSettings
 from odradek.broker.config import SASL_MECHANISMS, SSL_IGNORED_KEYS, SSL_KEYS, BrokerConfig, ConfigError
 from odradek.client.connection import ClientSecurity
-from odradek.protocol.sasl import PLAIN, PlainClient, SaslClient, ScramClient, create_server
+from odradek.protocol.sasl import PLAIN, PlainClient, SaslClient, SaslServer, ScramClient, create_server
 from odradek.security.jaas import JaasConfigError, client_credentials, parse_jaas_config, plain_users
 from odradek.security.principal import PrincipalMappingError, SslPrincipalMapper
 from odradek.security.scram import ScramCredential
@@ -72,7 +72,7 @@ def inter_broker_security(config: BrokerConfig) -> ClientSecurity:
     if not protocol.startswith("SASL_"):
         return ClientSecurity(tls)
     mechanism = str(config.values["sasl.mechanism.inter.broker.protocol"]).strip().upper()
-    enabled = _sasl(config, name, None).mechanisms
+    enabled = _mechanisms(config, name)
     if mechanism not in enabled:
         raise ConfigError(f"sasl.mechanism.inter.broker.protocol={mechanism} is not enabled on the inter-broker "
                           f"listener {name} ({', '.join(enabled)}): enable it in sasl.enabled.mechanisms")
@@ -95,9 +95,8 @@ def inter_broker_security(config: BrokerConfig) -> ClientSecurity:
 
 def _tls_settings(config: BrokerConfig, name: str) -> TlsSettings:
     keys = {key: config.listener_value(name, key) for key, _, _ in SSL_KEYS}
-    keys.update({key: config.listener_value(name, key) for key in SSL_IGNORED_KEYS
-                 if config.listener_value(name, key) is not None})
-    return load_tls_settings(keys)
+    ignored = {key: config.listener_value(name, key) for key in SSL_IGNORED_KEYS}
+    return load_tls_settings({**keys, **{k: v for k, v in ignored.items() if v is not None}})
 
 
 def _one(config: BrokerConfig, name: str, protocol: str, scram: ScramLookup | None) -> ListenerSecurity:
@@ -117,7 +116,8 @@ def _one(config: BrokerConfig, name: str, protocol: str, scram: ScramLookup | No
     return ListenerSecurity(protocol, tls, sasl, mapper)
 
 
-def _sasl(config: BrokerConfig, name: str, scram: ScramLookup | None) -> SaslSettings:
+def _mechanisms(config: BrokerConfig, name: str) -> tuple[str, ...]:
+    """The listener's ``sasl.enabled.mechanisms``; ``ConfigError`` for none or one not supported."""
     raw = str(config.listener_value(name, "sasl.enabled.mechanisms") or "")
     mechanisms = tuple(m.strip().upper() for m in raw.split(",") if m.strip())
     unsupported = [m for m in mechanisms if m not in SASL_MECHANISMS]
@@ -127,6 +127,11 @@ def _sasl(config: BrokerConfig, name: str, scram: ScramLookup | None) -> SaslSet
             + (f"{', '.join(unsupported)} is not supported" if unsupported else "none enabled")
             + f"; use any of {', '.join(SASL_MECHANISMS)} (GSSAPI, Kafka's default, is Kerberos: not supported)"
         )
+    return mechanisms
+
+
+def _sasl(config: BrokerConfig, name: str, scram: ScramLookup | None) -> SaslSettings:
+    mechanisms = _mechanisms(config, name)
     passwords: dict[str, str] = {}
     if PLAIN in mechanisms:
         jaas = config.listener_value(name, "sasl.jaas.config", PLAIN)

@@ -141,7 +141,7 @@ def test_advertised_listeners_cover_every_listener_and_follow_the_server_port() 
     assert c.advertised_listeners == [Listener("INTERNAL", "127.0.0.1", 0),
                                       Listener("EXTERNAL", "broker1.example.com", 19093)]
     assert (c.advertised_host, c.advertised_port) == ("127.0.0.1", 0)
-    c.advertised_port = 40001  # what the server does once it has bound port 0
+    c.bound("INTERNAL", 40001)  # what the server does once it has bound port 0
     assert c.advertised_listeners[0] == Listener("INTERNAL", "127.0.0.1", 40001)
     assert c.inter_broker_listener_name == "INTERNAL"
     assert c.inter_broker_listener == Listener("INTERNAL", "127.0.0.1", 40001)

@@ -56,6 +56,16 @@ def serving(c: Cluster) -> Iterator[Cluster]:
     assert not failures, "\n".join(failures)
 
 
+def serving_with_listener(c: Cluster, ports: dict[int, int],
+                          wrap_for: Callable[[int], Callable[[list[str]], list[str]]]) -> Iterator[Cluster]:
+    """``serving(c)`` with a second listener on every broker: a free port each (recorded in ``ports`` by broker id)
+    and the broker's command rewritten by ``wrap_for(port)`` (e.g. ``tests.broker.scram_listeners.scram_wrap``)."""
+    for b in c.brokers.values():
+        ports[b.broker_id] = free_port()
+        b.wrap = wrap_for(ports[b.broker_id])
+    yield from serving(c)
+
+
 class ClusterBroker(BrokerProcess):
     """A broker that keeps its port across restarts."""
 

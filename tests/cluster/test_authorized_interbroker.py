@@ -17,9 +17,8 @@ from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, A
 from confluent_kafka.admin import ResourceType as CkType
 
 from odradek.cluster.zk.server import ZooKeeperServer
-from tests.broker.process import free_port
 from tests.broker.scram_listeners import scram_wrap
-from tests.cluster.brokers import Cluster, serving
+from tests.cluster.brokers import Cluster, serving_with_listener
 from tests.cluster.zk_process import unique_chroot
 from tests.compat.secure_clients import Security, confluent_config, roundtrip
 
@@ -46,11 +45,8 @@ def authorized_wrap(port: int) -> Callable[[list[str]], list[str]]:
 
 @pytest.fixture(scope="module")
 def cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("authorized-cluster"), unique_chroot(zookeeper))
-    for b in c.brokers.values():
-        SASL_PORTS[b.broker_id] = free_port()
-        b.wrap = authorized_wrap(SASL_PORTS[b.broker_id])
-    yield from serving(c)
+    yield from serving_with_listener(Cluster(tmp_path_factory.mktemp("authorized-cluster"), unique_chroot(zookeeper)),
+                                     SASL_PORTS, authorized_wrap)
 
 
 def test_followers_replicate_as_super_users_with_the_authorizer_on(cluster: Cluster) -> None:

@@ -24,11 +24,10 @@ from confluent_kafka.admin import (
 from kazoo.client import KazooClient
 
 from odradek.cluster.zk.server import ZooKeeperServer
-from tests.broker.process import free_port
 from tests.broker.scram_listeners import scram_wrap
 from tests.broker.test_scram_credential_handlers import quotas, set_quota
 from tests.broker.wire import Conn
-from tests.cluster.brokers import Cluster, ClusterBroker, serving, wait_until
+from tests.cluster.brokers import Cluster, ClusterBroker, serving_with_listener, wait_until
 from tests.cluster.zk_process import unique_chroot
 from tests.compat.secure_clients import Security, roundtrip
 
@@ -37,11 +36,8 @@ SASL_PORTS: dict[int, int] = {}
 
 @pytest.fixture(scope="module")
 def cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("scram-cluster"), unique_chroot(zookeeper))
-    for b in c.brokers.values():
-        SASL_PORTS[b.broker_id] = free_port()
-        b.wrap = scram_wrap(SASL_PORTS[b.broker_id])
-    yield from serving(c)
+    yield from serving_with_listener(Cluster(tmp_path_factory.mktemp("scram-cluster"), unique_chroot(zookeeper)),
+                                     SASL_PORTS, scram_wrap)
 
 
 def alter(b: ClusterBroker, *alterations: UserScramCredentialAlteration) -> None:

@@ -17,9 +17,8 @@ from confluent_kafka import Producer
 from kazoo.client import KazooClient
 
 from odradek.cluster.zk.server import ZooKeeperServer
-from tests.broker.process import free_port
 from tests.broker.scram_listeners import listeners_wrap
-from tests.cluster.brokers import Cluster, serving
+from tests.cluster.brokers import Cluster, serving_with_listener
 from tests.cluster.zk_process import unique_chroot
 from tests.compat.secure_clients import Security, roundtrip
 from tests.security import certs
@@ -59,11 +58,8 @@ def cafile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Pat
 def cluster(zookeeper: ZooKeeperServer, cafile: tuple[Path, Path],
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     truststore, keystore = cafile
-    c = Cluster(tmp_path_factory.mktemp("secure-cluster"), unique_chroot(zookeeper))
-    for b in c.brokers.values():
-        SECURE_PORTS[b.broker_id] = free_port()
-        b.wrap = secure_wrap(SECURE_PORTS[b.broker_id], keystore, truststore)
-    yield from serving(c)
+    yield from serving_with_listener(Cluster(tmp_path_factory.mktemp("secure-cluster"), unique_chroot(zookeeper)),
+                                     SECURE_PORTS, lambda port: secure_wrap(port, keystore, truststore))
 
 
 def test_every_broker_registers_its_sasl_ssl_listener_as_the_inter_broker_one(zookeeper: ZooKeeperServer,
