@@ -4,8 +4,10 @@ Three brokers and a three-node ZooKeeper ensemble, each in its own network names
 clients (``workload.py``: two idempotent producers, a transactional producer committing and aborting, a
 read_committed consumer) stay in the root namespace and can always reach every broker. One topic, 3
 partitions, replication factor 3, ``min.insync.replicas=2``, unclean elections off. Each broker's first log
-directory is a tmpfs of its own (the topic is created first, so its partitions 0 and 2 live there; partition 0
-is never reassigned, since a replica added back lands in whichever directory holds fewest partitions).
+directory is a tmpfs of its own. The topic is created with partition 0 alone, which therefore lands in every
+broker's first directory, and grown to 3 partitions once it is there (a broker learns a new topic's partitions
+from ZooKeeper in no fixed order, and each goes to whichever directory holds fewest). Partition 0 is never
+reassigned, so it stays in the tmpfs for the disk faults.
 
 The nemesis runs each fault of ``SCHEDULE`` in turn (in a shuffled order per round after the first), heals
 it, waits until every broker is registered and every partition's ISR is full again, and requires the
@@ -45,6 +47,7 @@ from typing import Any
 import pytest
 from confluent_kafka import ElectionType
 from confluent_kafka import TopicPartition as CTopicPartition
+from confluent_kafka.admin import NewPartitions
 from kafka import KafkaAdminClient
 from kafka import TopicPartition as KTopicPartition
 
@@ -287,6 +290,18 @@ def follower_then_leader_disk_full(w: World, rng: random.Random) -> Heal:
     return repair
 
 
+def _create_topic_with_partition_0_in_the_tmpfs(w: World) -> None:
+    w.cluster.create_topic(w.topic, partitions=1, replication_factor=3,
+                           config={"min.insync.replicas": "2", "unclean.leader.election.enable": "false"})
+    wait_until(lambda: all((d / f"{w.topic}-0").is_dir() for d in w.disks.values()), timeout_s=30,
+               what=f"{w.topic}-0 in every broker's tmpfs")
+    admin = w.cluster.admin()
+    admin.create_partitions([NewPartitions(w.topic, PARTITIONS)], operation_timeout=20)[w.topic].result(timeout=30)
+    wait_until(lambda: len(w.cluster.partitions(w.topic)) == PARTITIONS and all(
+        p.leader >= 0 and len(p.isrs) == 3 for p in w.cluster.partitions(w.topic).values()), timeout_s=30,
+        what=f"leaders and full ISRs for the {PARTITIONS} partitions of {w.topic}")
+
+
 SCHEDULE: list[Callable[[World, random.Random], Heal]] = [
     leader_cut_from_zookeeper,
     leader_cut_from_followers,
@@ -313,8 +328,7 @@ def test_nothing_acknowledged_is_lost_through_partitions_pauses_crashes_and_full
     rng = random.Random(int(request.config.getoption("--jepsen-seed")))
     w = world
     w.topic = f"jepsen-{uuid.uuid4().hex[:8]}"
-    w.cluster.create_topic(w.topic, partitions=PARTITIONS, replication_factor=3,
-                           config={"min.insync.replicas": "2", "unclean.leader.election.enable": "false"})
+    _create_topic_with_partition_0_in_the_tmpfs(w)
     wl = Workload(w.cluster.bootstrap, w.topic, PARTITIONS, deadline_s=rounds * 1800.0).start()
     faults: list[dict[str, Any]] = []
     try:
