@@ -192,12 +192,27 @@ RUNNERS = {
 }
 
 
-def rate_between(marks: list[list[float]], start: float, end: float) -> float:
-    """Bytes per second between the marks nearest ``start`` and ``end`` seconds."""
-    a = min(marks, key=lambda m: abs(m[0] - start))
-    b = min(marks, key=lambda m: abs(m[0] - end))
-    return (b[1] - a[1]) / (b[0] - a[0])
+def bytes_at(marks: list[list[float]], t: float) -> float:
+    """The bytes done at ``t`` seconds, interpolated between the marks around it."""
+    before = max((m for m in marks if m[0] <= t), key=lambda m: m[0], default=marks[0])
+    after = min((m for m in marks if m[0] >= t), key=lambda m: m[0], default=marks[-1])
+    if after[0] == before[0]:
+        return float(before[1])
+    return before[1] + (after[1] - before[1]) * (t - before[0]) / (after[0] - before[0])
 
+
+def rate_over_periods(marks: list[list[float]], start: float, span: float, period: float) -> float:
+    """Bytes per second over ``span`` seconds, averaged over every start between ``start`` and
+    ``start + period`` (in steps of a twentieth of the period).
+
+    A client held to a quota moves in waves as the quota's windows expire: a burst every ``period`` (the
+    windows' whole span) and a slower climb between them. A rate read between two fixed marks then depends
+    on whether each mark falls just before or just after a burst; averaged over one whole period of start
+    times (``span`` a whole number of periods) it does not.
+    """
+    steps = 20
+    starts = [start + period * i / steps for i in range(steps)]
+    return sum((bytes_at(marks, s + span) - bytes_at(marks, s)) / span for s in starts) / steps
 
 if __name__ == "__main__":
     verb, client, bootstrap, topic, client_id, secs = sys.argv[1:7]
