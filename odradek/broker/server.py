@@ -37,6 +37,7 @@ from odradek.broker.broker import Broker
 from odradek.broker.connection_limits import ConnectionLimits
 from odradek.broker.context import CLOSE_AFTER_RESPONSE, PRINCIPAL, SASL, CloseConnection, RequestContext
 from odradek.broker.dispatch import PendingFrame, dispatch
+from odradek.broker.frame_stream import FrameStream
 from odradek.broker.handlers import sasl
 from odradek.broker.listener_security import ListenerSecurity, listener_security
 from odradek.broker.throttle import DELAY_UNTIL, MUTED_UNTIL, Timed, charge_loop_time
@@ -78,8 +79,9 @@ class Server:
         try:
             for lst in self.config.listeners:
                 tls = self.security[lst.name].tls
-                server = await asyncio.start_server(
-                    functools.partial(self._on_connection, lst.name), host=lst.host or None, port=lst.port,
+                on_connection = functools.partial(self._on_connection, lst.name)
+                server = await asyncio.get_running_loop().create_server(
+                    functools.partial(FrameStream, on_connection), host=lst.host or None, port=lst.port,
                     reuse_address=True, backlog=1024, start_serving=False,
                     **({"ssl": tls, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT_S} if tls is not None else {}),
                 )
@@ -183,7 +185,7 @@ class Server:
             except Exception:
                 log.exception("transaction coordinator timers failed")
 
-    async def _on_connection(self, listener: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _on_connection(self, listener: str, reader: FrameStream, writer: asyncio.StreamWriter) -> None:
         peername = writer.get_extra_info("peername")
         peer = f"{peername[0]}:{peername[1]}" if isinstance(peername, tuple) else str(peername)
         ip = str(peername[0]) if isinstance(peername, tuple) else str(peername)
@@ -305,13 +307,12 @@ class Server:
             await asyncio.sleep(wait)
 
     @staticmethod
-    async def _linger(reader: asyncio.StreamReader) -> None:
+    async def _linger(reader: FrameStream) -> None:
         """Shutting down: wait for the client to close, or ``SHUTDOWN_LINGER_S``, so the responses already
         written are read before the connection ends. Whatever the client sends meanwhile is dropped."""
         try:
             async with asyncio.timeout(SHUTDOWN_LINGER_S):
-                while await reader.read(65536):
-                    pass
+                await reader.discard_until_eof()
         except (TimeoutError, ConnectionError, asyncio.CancelledError):
             pass
 
