@@ -28,7 +28,10 @@ unless ``--key-type rsa``), the server's key store PKCS12, the clients trusting 
   (``bench.broker_throughput.phase_raw_tcp``, produce's limit), and TLS over loopback with Python's ``ssl``
   (``tls_loopback``: one process encrypts a 1 MiB buffer again and again into a TLS connection, another decrypts
   and discards; the same OpenSSL and the same cipher the broker negotiates). Beside them, ``openssl speed -evp``
-  of that cipher on 16 KiB blocks (one core, crypto alone).
+  of that cipher on 16 KiB blocks (one core, crypto alone), and Python's ``ssl`` decrypting in memory on one core
+  (``tls_decrypt``) 16 KiB records and the records librdkafka's producer writes for 1 KiB messages (a ~14 B and a
+  1,000 B record per message): decryption is per TLS record, so the second is the ceiling of the broker's
+  event-loop thread taking in such a producer's requests.
 - **handshake**: ``--handshakes`` (quick 60, full 210) complete connection setups per path, timed by a client in
   this process: Odradek's own client connection (``odradek.client.connection.BrokerConnection``, asyncio, the
   one brokers use towards each other) does TCP connect, a full TLS handshake (no session resumption: a fresh
@@ -102,6 +105,7 @@ LISTENERS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 GOALS = {"produce": 0.6, "consume": 0.4}
 CONSUME_TOPIC = "consume"
 CHUNK = 1 * MiB
+DECRYPT_BYTES = 64 * MiB  # encrypted in memory first, then timed while decrypted
 
 
 # -- the setup: certificates, the broker and its listeners ------------------------------------------------------
@@ -296,6 +300,45 @@ def tls_loopback(c: Certificates, total: int, max_seconds: float) -> tuple[float
     return nbytes / seconds / 1e6, cipher
 
 
+# The record pattern librdkafka's producer sends over TLS for 1 KiB messages (seen by counting the broker's TLS reads):
+# a message's few header bytes and its value go out as two TLS records, so a produce request of 1 KiB messages
+# arrives as ~1 KiB and ~14 B records, one decryption each, beside whole 16 KiB records for the parts it copied.
+SMALL_RECORDS = (14, 1000)
+
+
+def tls_decrypt(c: Certificates, pieces: tuple[int, ...], total: int) -> float:
+    """MB/s at which Python's ``ssl`` decrypts, on one core and in memory (no sockets), a stream made of TLS
+    records of the sizes in ``pieces`` (repeated): what the broker's event-loop thread can at best take in over
+    TLS when a client writes records of those sizes."""
+    s_in, s_out, c_in, c_out = (ssl.MemoryBIO() for _ in range(4))
+    server = c.server_context().wrap_bio(s_in, s_out, server_side=True)
+    client = c.client_context().wrap_bio(c_in, c_out, server_hostname="127.0.0.1")
+    for _ in range(10):
+        for side in (client, server):
+            with contextlib.suppress(ssl.SSLWantReadError):
+                side.do_handshake()
+        s_in.write(c_out.read())
+        c_in.write(s_out.read())
+    data = os.urandom(max(pieces))
+    written = 0
+    while written < total:
+        for n in pieces:
+            client.write(data[:n])
+            written += n
+    wire = c_out.read()
+    buf = memoryview(bytearray(CHUNK))
+    got = 0
+    t0 = time.perf_counter()
+    for off in range(0, len(wire), CHUNK):
+        s_in.write(wire[off:off + CHUNK])
+        with contextlib.suppress(ssl.SSLWantReadError):
+            while True:
+                got += server.read(CHUNK, buf)
+    seconds = time.perf_counter() - t0
+    assert got == written, f"decrypted {got} of {written} bytes"
+    return got / seconds / 1e6
+
+
 def openssl_speed(cipher: str) -> str:
     """``openssl speed -evp`` of the AEAD behind a TLS cipher name, 16 KiB blocks, one core (or why not)."""
     evp = "aes-256-gcm" if "AES_256_GCM" in cipher or "AES256-GCM" in cipher else \
@@ -322,6 +365,8 @@ class Figures:
     consume: dict[str, list[Run]] = field(default_factory=dict)
     raw_tcp: list[float] = field(default_factory=list)
     raw_tls: list[float] = field(default_factory=list)
+    decrypt_16k: list[float] = field(default_factory=list)
+    decrypt_small: list[float] = field(default_factory=list)
     cipher: str = "?"
     acl_produce: dict[str, dict[str, list[Run]]] = field(default_factory=dict)  # broker ("none"/"acls") -> path
     acl_consume: dict[str, dict[str, list[Run]]] = field(default_factory=dict)
@@ -336,8 +381,11 @@ def phase_throughput(a: argparse.Namespace, tool: PerfTool, b: SecureBroker, scr
         figs.raw_tcp.append(phase_raw_tcp(scratch, a.raw_bytes, a.max_seconds))
         tls, figs.cipher = tls_loopback(c, a.raw_bytes, a.max_seconds)
         figs.raw_tls.append(tls)
+        figs.decrypt_16k.append(tls_decrypt(c, (16384,), DECRYPT_BYTES))
+        figs.decrypt_small.append(tls_decrypt(c, SMALL_RECORDS, DECRYPT_BYTES))
         print(f"#   round {r + 1}: raw loopback TCP->file {figs.raw_tcp[-1]:,.0f} MB/s, raw TLS {tls:,.0f} MB/s "
-              f"({figs.cipher})", flush=True)
+              f"({figs.cipher}); decrypt 16 KiB records {figs.decrypt_16k[-1]:,.0f} MB/s, 14 B + 1,000 B records "
+              f"{figs.decrypt_small[-1]:,.0f} MB/s", flush=True)
         order = THROUGHPUT_PATHS if r % 2 == 0 else THROUGHPUT_PATHS[::-1]
         for path in order:
             topic = f"produce-{path.name.replace('/', '-').lower()}-{r}"
@@ -541,6 +589,9 @@ def print_throughput(figs: Figures, rounds: int) -> None:
     print(f"raw limits (median of {rounds}): loopback TCP -> file {tcp:,.0f} MB/s; TLS over loopback (Python ssl, "
           f"{figs.cipher}) {tls:,.0f} MB/s = {tls / tcp:.2f}x TCP")
     print(f"  {openssl_speed(figs.cipher)}")
+    print(f"  Python ssl decrypting on one core, in memory: 16 KiB records {median(figs.decrypt_16k):,.0f} MB/s; "
+          f"the records librdkafka sends for 1 KiB messages (14 B + 1,000 B each) {median(figs.decrypt_small):,.0f} "
+          f"MB/s")
     cols = (f"{'1 KiB, acks=1':<14} | {'path':<24} | {'MB/s':>6} {'rec/s':>10} | {'cores broker':>12} {'client':>6} | "
             f"{'vs PLAINTEXT':>12} | {'goal':>6} | {'met?':<7}")
     print(cols)
