@@ -1,6 +1,8 @@
 """The network loop: accept connections, read frames, dispatch, write responses. The only I/O wiring.
 
 Invariants:
+- Each connection reads through a ``FrameStream`` (``frame_stream.py``): bytes land, or are decrypted, straight into
+  the buffers frames are cut from; responses go out through an ordinary ``asyncio.StreamWriter``.
 - Requests on one connection are handled one at a time, in order, and responses go out in request
   order (as Kafka does). A handler's work is done before the next request starts; only a deferred
   response (an acks=all produce waiting for its replicas) lets the next requests start before it is sent,
