@@ -14,6 +14,8 @@ Invariants:
   over (the transport may read again before the reader wakes).
 - Bytes are delivered in order, each once; ``readexactly`` raises ``asyncio.IncompleteReadError`` (with the bytes
   that did arrive) when the peer closes first, ``ConnectionResetError`` when the connection was lost with an error.
+- The receive buffer starts at ``_FIRST_BUFFER`` and doubles, up to ``_RECEIVE_BUFFER``, each time a read fills
+  all the room it was offered: a busy connection reads in large pieces, an idle one holds little memory.
 - Reading is paused while nobody waits and ``_PAUSE_AT`` bytes are buffered (a muted or busy connection does not
   buffer without bound), and resumed when a reader consumes them.
 - Writing goes through an ordinary ``asyncio.StreamWriter`` on this protocol (``FlowControlMixin`` gives it
@@ -27,7 +29,8 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-_RECEIVE_BUFFER = 256 * 1024  # the reusable buffer small frames are cut from
+_FIRST_BUFFER = 16 * 1024  # an idle connection's receive buffer (a thousand idle clients hold 16 MiB)
+_RECEIVE_BUFFER = 256 * 1024  # the receive buffer's size once reads fill what it offers
 _PAUSE_AT = _RECEIVE_BUFFER  # unread bytes at which reading pauses until a reader takes them
 _OWN_BUFFER_FROM = 64 * 1024  # reads at least this large get a buffer of their own, filled by the transport
 
@@ -40,7 +43,9 @@ class FrameStream(asyncio.streams.FlowControlMixin, asyncio.BufferedProtocol):
         self._on_connection = on_connection
         self.transport: asyncio.Transport | None = None
         self.task: asyncio.Task[None] | None = None
-        self._buf = bytearray(_RECEIVE_BUFFER)
+        self._buf = bytearray(_FIRST_BUFFER)
+        self._offered = 0  # the room the last get_buffer offered in the receive buffer
+        self._grow = False  # the last read filled that room: offer more next time
         self._start = 0  # unread bytes are _buf[_start:_end]
         self._end = 0
         self._own: bytearray | None = None  # the large read in progress, filled up to _own_filled
@@ -63,8 +68,13 @@ class FrameStream(asyncio.streams.FlowControlMixin, asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._own is not None:
             return memoryview(self._own)[self._own_filled:]
+        if self._grow:
+            self._grow = False
+            if len(self._buf) < _RECEIVE_BUFFER:
+                self._buf.extend(bytes(len(self._buf)))
         if self._end == len(self._buf):
             self._make_room()
+        self._offered = len(self._buf) - self._end
         return memoryview(self._buf)[self._end:]
 
     def buffer_updated(self, nbytes: int) -> None:
@@ -76,6 +86,7 @@ class FrameStream(asyncio.streams.FlowControlMixin, asyncio.BufferedProtocol):
             return
         if self._discard:
             return
+        self._grow = nbytes == self._offered
         self._end += nbytes
         self._wake()
         if self._end - self._start >= _PAUSE_AT and self._waiter is None:
@@ -108,6 +119,8 @@ class FrameStream(asyncio.streams.FlowControlMixin, asyncio.BufferedProtocol):
             return await self._read_own(n)
         if self._start + n > len(self._buf):
             self._make_room()
+            while len(self._buf) < n:  # a frame under _OWN_BUFFER_FROM larger than the buffer so far
+                self._buf.extend(bytes(len(self._buf)))
         while self._end - self._start < n:
             await self._wait()
             if self._eof and self._end - self._start < n:

@@ -223,8 +223,8 @@ class Server:
                     return
                 if principal is not None:
                     state[PRINCIPAL] = principal
-                    log.debug("connection from %s authenticated as User:%s (TLS client certificate)", peer,
-                              principal)
+                    log.debug("connection from %s on listener %s authenticated as User:%s (TLS client certificate)",
+                              peer, listener, principal)
             while not self._closing:
                 if state.get(MUTED_UNTIL):
                     await self._mute(state)
@@ -240,7 +240,7 @@ class Server:
                 if auth is not None:  # the authenticate step (broker/authentication.py)
                     try:
                         if auth.bare_tokens and auth.state is AuthState.AUTHENTICATE:
-                            token = sasl.bare_token(auth, frame, state, peer)
+                            token = sasl.bare_token(auth, frame, state, peer, listener)
                             writer.write(SIZE.pack(len(token)) + token)
                             continue
                         auth.check(peek_header(frame)[0])

@@ -211,7 +211,8 @@ def test_preferred_leader_election_moves_leadership_back(cluster: Cluster, admin
     c = cluster.admin()
     tp = TopicPartition(topic, 0)
     assert c.elect_leaders(ElectionType.PREFERRED, [tp]).result(timeout=20) == {tp: None}
-    assert cluster.leader(topic) == preferred
+    # (the broker answering Metadata may learn of the election a moment after the controller made it)
+    wait_until(lambda: cluster.leader(topic) == preferred, what=f"broker {preferred} leading {topic}-0")
     again = c.elect_leaders(ElectionType.PREFERRED, [tp]).result(timeout=20)[tp]
     assert again is not None and again.code() == KafkaError.ELECTION_NOT_NEEDED
     unclean = c.elect_leaders(ElectionType.UNCLEAN, [tp]).result(timeout=20)[tp]
@@ -228,7 +229,7 @@ def test_leader_election_and_reassign_partitions_cli(cluster: Cluster, admin: An
     _, preferred = _reorder(cluster, admin, topic)
     out = cli.ok("leader-election", "--election-type", "preferred", "--topic", topic, "--partition", "0")
     assert f"Successfully completed leader election (PREFERRED) for partitions {topic}-0" in out
-    assert cluster.leader(topic) == preferred
+    wait_until(lambda: cluster.leader(topic) == preferred, what=f"broker {preferred} leading {topic}-0")
     out = cli.ok("leader-election", "--election-type", "preferred", "--topic", topic)
     assert f"Valid replica already elected for partitions {topic}-0, {topic}-1" in out
 

@@ -94,7 +94,7 @@ def test_clients_produce_and_consume_over_each_protocol(node: inprocess.InProces
     values = [b"%s over %s #%d" % (client.encode(), listener.encode(), i) for i in range(5)]
     assert roundtrip(client, bootstrap(node, listener), setup.security(listener), topic, values) == values
     principals = {r.getMessage().split("authenticated as ")[1].split(" ")[0] for r in caplog.records
-                  if "authenticated as" in r.getMessage()}
+                  if f"on listener {listener} authenticated as" in r.getMessage()}  # (not an earlier test's client)
     expected = {"SSL": set(), "MTLS": {"User:alice"}}.get(listener, {"User:alice"})
     assert principals == expected
 

@@ -62,12 +62,13 @@ async def handle_sasl_authenticate(ctx: RequestContext, request: Any) -> dict[st
     except IllegalState as e:
         raise CloseConnection(str(e)) from None
     if auth.authenticated:
-        _authenticated(ctx.connection, auth, ctx.peer)
+        _authenticated(ctx.connection, auth, ctx.peer, ctx.listener)
     return {"error_code": ErrorCode.NONE, "error_message": None, "auth_bytes": challenge,
             "session_lifetime": lifetime_ms}
 
 
-def bare_token(auth: SaslAuthentication, token: bytes, connection: dict[str, Any], peer: str) -> bytes:
+def bare_token(auth: SaslAuthentication, token: bytes, connection: dict[str, Any], peer: str,
+               listener: str) -> bytes:
     """A token after SaslHandshake v0 (no request header): the token to send back, size-prefixed by the caller.
     A failure closes the connection (v0 has no way to report it)."""
     try:
@@ -76,10 +77,11 @@ def bare_token(auth: SaslAuthentication, token: bytes, connection: dict[str, Any
         log.warning("failed authentication from %s with SASL mechanism %s: %s", peer, auth.mechanism, e)
         raise CloseConnection(f"authentication failed ({auth.mechanism})") from None
     if auth.authenticated:
-        _authenticated(connection, auth, peer)
+        _authenticated(connection, auth, peer, listener)
     return challenge
 
 
-def _authenticated(connection: dict[str, Any], auth: SaslAuthentication, peer: str) -> None:
+def _authenticated(connection: dict[str, Any], auth: SaslAuthentication, peer: str, listener: str) -> None:
     connection[PRINCIPAL] = auth.principal
-    log.debug("connection from %s authenticated as User:%s (%s)", peer, auth.principal, auth.mechanism)
+    log.debug("connection from %s on listener %s authenticated as User:%s (%s)", peer, listener, auth.principal,
+              auth.mechanism)

@@ -197,9 +197,13 @@ def _worker_main(conn: multiprocessing.connection.Connection, parent: int) -> No
         except (EOFError, OSError):
             return
         try:
-            conn.send(("ok", clean(task)))
+            answer: tuple[str, Any] = ("ok", clean(task))
         except Exception as e:  # reported to the cleaner thread, which decides
-            conn.send(("error", (type(e).__name__, str(e), isinstance(e, CorruptRecordError), _errno_of(e))))
+            answer = ("error", (type(e).__name__, str(e), isinstance(e, CorruptRecordError), _errno_of(e)))
+        try:
+            conn.send(answer)
+        except OSError:  # the broker's end is closed: it is exiting (a killed broker closes its files before the
+            os._exit(1)  # kernel sends the death signal), and nobody waits for this pass
 
 
 def plan_pass(lg: Any, view: Any, c: Cleanable, now_ms: int, *, memory_bytes: int, load_factor: float = 0.9,
