@@ -52,7 +52,8 @@ class FrameStream(asyncio.streams.FlowControlMixin, asyncio.BufferedProtocol):
         self._own_filled = 0
         self._discard = False  # shutting down: whatever arrives is dropped
         self._eof = False
-        self._error: BaseException | None = None
+        self._error: str | None = None  # why the connection was lost (text only: the exception's traceback would
+        # keep the transport's frame, and with it a view of the receive buffer, which could then not be resized)
         self._waiter: asyncio.Future[None] | None = None
         self._reading_paused = False
         self._closed: asyncio.Future[None] = self._loop.create_future()
@@ -101,7 +102,7 @@ class FrameStream(asyncio.streams.FlowControlMixin, asyncio.BufferedProtocol):
         super().connection_lost(exc)
         self._eof = True
         if exc is not None:
-            self._error = exc
+            self._error = f"{type(exc).__name__}: {exc}"
         self._wake()
         if not self._closed.done():
             self._closed.set_result(None)
@@ -163,7 +164,7 @@ class FrameStream(asyncio.streams.FlowControlMixin, asyncio.BufferedProtocol):
 
     def _raise_closed(self, partial: bytes, expected: int) -> None:
         if self._error is not None:
-            raise ConnectionResetError(f"connection lost: {self._error}") from self._error
+            raise ConnectionResetError(f"connection lost: {self._error}")
         raise asyncio.IncompleteReadError(partial, expected)
 
     async def _wait(self) -> None:

@@ -5,6 +5,7 @@ pauses the transport; a stream being discarded returns at the peer's close."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import ssl
 import struct
 from collections.abc import Awaitable, Callable
@@ -92,10 +93,13 @@ def test_frames_come_out_whole_and_in_order_over_tls(sizes: list[int], chunks: l
     asyncio.run(_echo_frames(sizes, chunks, contexts))
 
 
+@pytest.mark.parametrize("reset", [False, True])
 @pytest.mark.parametrize("wanted", [10, 1_000_000])
 @pytest.mark.parametrize("use_tls", [False, True])
 def test_a_peer_closing_mid_read_is_reported_with_what_arrived(
-        wanted: int, use_tls: bool, contexts: tuple[ssl.SSLContext, ssl.SSLContext]) -> None:
+        wanted: int, use_tls: bool, reset: bool, contexts: tuple[ssl.SSLContext, ssl.SSLContext]) -> None:
+    """A close (FIN) or a reset (RST, SO_LINGER 0): the reader gets what arrived, or a ConnectionResetError, and the
+    next read after it raises the same way (the stream never fails with an error of its own making)."""
     async def run() -> None:
         seen: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
 
@@ -103,16 +107,25 @@ def test_a_peer_closing_mid_read_is_reported_with_what_arrived(
             try:
                 await reader.readexactly(wanted)
             except (asyncio.IncompleteReadError, ConnectionResetError) as e:
-                seen.set_result(e)
+                try:
+                    await reader.readexactly(wanted)
+                except (asyncio.IncompleteReadError, ConnectionResetError):
+                    seen.set_result(e)
         server, port = await _serve(handler, contexts[0] if use_tls else None)
         async with server:
             _, w = await _connect(port, contexts[1] if use_tls else None)
             w.write(b"x" * 5)
             await w.drain()
-            w.close()
+            if reset:
+                await asyncio.sleep(0.05)  # the 5 bytes read by the server first
+                sock = w.get_extra_info("socket")
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                w.transport.abort()
+            else:
+                w.close()
             e = await asyncio.wait_for(seen, 10)
             assert isinstance(e, asyncio.IncompleteReadError | ConnectionResetError)
-            if isinstance(e, asyncio.IncompleteReadError):
+            if isinstance(e, asyncio.IncompleteReadError) and not reset:
                 assert e.partial == b"x" * 5 and e.expected == wanted
     asyncio.run(run())
 
