@@ -183,6 +183,25 @@ class _MmapIndex:
         self._entries += 1
         self._cached_last, self._cached_last_n = (a, b), self._entries
 
+    def _write_many(self, rows: list[tuple[int, int]]) -> None:
+        """``_write`` of each row in turn, checked once for room."""
+        if not rows:
+            return
+        if not self.writable:
+            raise StorageError(f"index {self.path} is closed for appends")
+        if self._entries + len(rows) > self.max_entries:
+            raise StorageError(f"index {self.path} is full ({self._entries} entries, {len(rows)} more)")
+        at = self._entries * self.entry_size
+        end = at + len(rows) * self.entry_size
+        if end > self._backed:
+            self._reserve(end)
+        pack, size, mm = self.ENTRY.pack_into, self.entry_size, self._mm
+        for a, b in rows:
+            pack(mm, at, a, b)  # type: ignore[arg-type]
+            at += size
+        self._entries += len(rows)
+        self._cached_last, self._cached_last_n = rows[-1], self._entries
+
     def _search(self, key: int, field: int) -> int:
         """Index of the last entry whose ``field`` is <= key, or -1."""
         mm = self._map()
@@ -224,6 +243,20 @@ class OffsetIndex(_MmapIndex):
                     f"offset index {self.path}: entry ({offset}, {position}) is not after the last one"
                 )
         self._write(rel, position)
+
+    def append_many(self, entries: list[tuple[int, int]]) -> None:
+        """``append`` of each (offset, position) in turn (a run of batches indexed at once)."""
+        last_rel, last_pos = self._last_raw() if self._entries else (-1, -1)
+        rows = []
+        for offset, position in entries:
+            rel = offset - self.base_offset
+            if rel <= last_rel or position <= last_pos:
+                raise StorageError(
+                    f"offset index {self.path}: entry ({offset}, {position}) is not after the last one"
+                )
+            rows.append((rel, position))
+            last_rel, last_pos = rel, position
+        self._write_many(rows)
 
     def entry(self, n: int) -> tuple[int, int]:
         rel, pos = self._raw(n)
@@ -308,6 +341,22 @@ class TimeIndex(_MmapIndex):
         elif self.is_full:
             raise StorageError(f"time index {self.path} is full ({self._entries} entries)")
         self._write(timestamp, offset - self.base_offset)
+
+    def append_many(self, entries: list[tuple[int, int]]) -> None:
+        """``maybe_append`` of each (timestamp, offset) in turn (a run of batches indexed at once; never the
+        entry written at roll, so the last slot stays free as ``is_full`` keeps it)."""
+        last_ts, last_offset = self.last_entry
+        rows = []
+        for timestamp, offset in entries:
+            if timestamp <= last_ts:
+                continue
+            if offset < last_offset:
+                raise StorageError(f"time index {self.path}: offset {offset} goes backwards")
+            rows.append((timestamp, offset - self.base_offset))
+            last_ts, last_offset = timestamp, offset
+        if rows and self._entries + len(rows) > self.max_entries - 1:
+            raise StorageError(f"time index {self.path} is full ({self._entries} entries)")
+        self._write_many(rows)
 
     def lookup(self, timestamp: int) -> tuple[int, int]:
         """The last entry with timestamp <= ``timestamp``, or (-1, base_offset)."""

@@ -372,17 +372,28 @@ class LogSegment:
         """Track the largest timestamp and add index entries for batches written from ``pos``."""
         interval = self.config.index_interval_bytes
         since = self.bytes_since_last_index_entry
+        max_ts, max_ts_offset = self.max_timestamp, self.offset_of_max_timestamp
+        offset_room = self.index.max_entries - self.index.entries
+        time_room = self.time_index.max_entries - 1 - self.time_index.entries  # its is_full, kept per entry
+        last_ts = self.time_index.last_entry[0]
+        offsets: list[tuple[int, int]] = []
+        times: list[tuple[int, int]] = []
         for header in headers:
             size = header.batch_length + rb.LOG_OVERHEAD
             last_offset = header.base_offset + header.last_offset_delta
-            if header.max_timestamp > self.max_timestamp:
-                self.max_timestamp, self.offset_of_max_timestamp = header.max_timestamp, last_offset
-            if since > interval and not self.index.is_full and not self.time_index.is_full:  # sparse: may skip
-                self.index.append(last_offset, pos)
-                self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            if header.max_timestamp > max_ts:
+                max_ts, max_ts_offset = header.max_timestamp, last_offset
+            if since > interval and len(offsets) < offset_room and len(times) < time_room:  # sparse: may skip
+                offsets.append((last_offset, pos))
+                if max_ts > last_ts:
+                    times.append((max_ts, max_ts_offset))
+                    last_ts = max_ts
                 since = 0
             since += size
             pos += size
+        self.max_timestamp, self.offset_of_max_timestamp = max_ts, max_ts_offset
+        self.index.append_many(offsets)
+        self.time_index.append_many(times)
         self.bytes_since_last_index_entry = since
 
     def recover(self, on_batch: Callable[[rb.BatchHeader], None] | None = None) -> int:
