@@ -72,7 +72,7 @@ class FrameStream(asyncio.streams.FlowControlMixin, asyncio.BufferedProtocol):
         if self._grow:
             self._grow = False
             if len(self._buf) < _RECEIVE_BUFFER:
-                self._buf.extend(bytes(len(self._buf)))
+                self._double()
         if self._end == len(self._buf):
             self._make_room()
         self._offered = len(self._buf) - self._end
@@ -121,7 +121,7 @@ class FrameStream(asyncio.streams.FlowControlMixin, asyncio.BufferedProtocol):
         if self._start + n > len(self._buf):
             self._make_room()
             while len(self._buf) < n:  # a frame under _OWN_BUFFER_FROM larger than the buffer so far
-                self._buf.extend(bytes(len(self._buf)))
+                self._double()
         while self._end - self._start < n:
             await self._wait()
             if self._eof and self._end - self._start < n:
@@ -188,7 +188,10 @@ class FrameStream(asyncio.streams.FlowControlMixin, asyncio.BufferedProtocol):
             self._buf[:unread] = self._buf[self._start:self._end]
             self._start, self._end = 0, unread
         if unread == len(self._buf):
-            self._buf.extend(bytes(len(self._buf)))
+            self._double()
+
+    def _double(self) -> None:
+        self._buf.extend(bytes(len(self._buf)))
 
     def _pause(self) -> None:
         if not self._reading_paused and self.transport is not None and not self.transport.is_closing():
