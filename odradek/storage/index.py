@@ -184,7 +184,10 @@ class _MmapIndex:
         self._cached_last, self._cached_last_n = (a, b), self._entries
 
     def _write_many(self, rows: list[tuple[int, int]]) -> None:
-        """``_write`` of each row in turn, checked once for room."""
+        """``_write`` of each row in turn, checked once for room, and written with one ``pwrite`` rather than
+        through the mapping: the first store into each page of a freshly allocated mapping costs a page fault
+        (measured here at ~0.5 ms, ~1 µs per entry on average against ~0.1 µs packed into a buffer). The mapping
+        and the file share the page cache, so lookups see the entries at once."""
         if not rows:
             return
         if not self.writable:
@@ -195,10 +198,22 @@ class _MmapIndex:
         end = at + len(rows) * self.entry_size
         if end > self._backed:
             self._reserve(end)
-        pack, size, mm = self.ENTRY.pack_into, self.entry_size, self._mm
+        pack, size = self.ENTRY.pack_into, self.entry_size
+        buf = bytearray(end - at)
+        pos = 0
         for a, b in rows:
-            pack(mm, at, a, b)  # type: ignore[arg-type]
-            at += size
+            pack(buf, pos, a, b)
+            pos += size
+        try:
+            fd = os.open(self.path, os.O_WRONLY)
+            try:
+                done = 0
+                while done < len(buf):
+                    done += os.pwrite(fd, memoryview(buf)[done:], at + done)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            raise StorageError(f"cannot write index {self.path}: {e}") from e
         self._entries += len(rows)
         self._cached_last, self._cached_last_n = rows[-1], self._entries
 
