@@ -73,6 +73,8 @@ def test_get_offsets_latest_earliest_and_by_timestamp(cli: Cli, broker: BrokerPr
     assert _offsets(cli.ok("get-offsets", "--topic", topic, "--time", "-1")) == {(topic, 0): 5, (topic, 1): 3}
     assert _offsets(cli.ok("get-offsets", "--topic", topic, "--time", "-2")) == {(topic, 0): 0, (topic, 1): 0}
     assert _offsets(cli.ok("get-offsets", "--topic", topic, "--time", "earliest")) == {(topic, 0): 0, (topic, 1): 0}
+    # the record with the largest timestamp (the last one written here)
+    assert _offsets(cli.ok("get-offsets", "--topic", topic, "--time", "-3")) == {(topic, 0): 4, (topic, 1): 2}
     # the first record at or after the timestamp; partition 1 has none after BASE_TS + 3 s: left out
     at = str(BASE_TS + 3000)
     assert _offsets(cli.ok("get-offsets", "--topic", topic, "--time", at)) == {(topic, 0): 3}
@@ -228,6 +230,15 @@ def test_perf_produce_then_consume(cli: Cli, broker: BrokerProcess) -> None:
     assert int(row["data.consumed.in.nMsg"]) == 500
     assert float(row["data.consumed.in.MB"]) == pytest.approx(500 * 100 / 1024 / 1024, abs=1e-4)
     assert float(row["e2e.latency.p50.ms"]) <= float(row["e2e.latency.max.ms"])
+
+
+def test_perf_produce_from_a_payload_file(cli: Cli, tmp_path: Path) -> None:
+    topic = _topic(cli)
+    payloads = tmp_path / "payloads.txt"
+    payloads.write_text("alpha\nbeta\ngamma\n")
+    r = cli("perf", "produce", "--topic", topic, "--num-records", "30", "--payload-file", str(payloads))
+    assert r.returncode == 0, r.stderr
+    assert PRODUCER_SUMMARY.fullmatch(r.stdout.splitlines()[-1]).group(1) == "30"  # type: ignore[union-attr]
 
 
 def test_perf_consume_gives_up_after_the_timeout(cli: Cli) -> None:

@@ -20,7 +20,7 @@ from odradek.broker.config_sources import (
     parse_properties,
     read_properties,
 )
-from odradek.cli import serve
+from odradek.cli import cluster, serve
 from odradek.cli.main import build_parser
 from tests.broker.process import BrokerProcess
 
@@ -189,3 +189,13 @@ def test_serve_stops_on_an_unknown_key(
     err = capsys.readouterr().err
     assert "invalid configuration: unknown config key 'num.partitons': did you mean 'num.partitions'?" in err
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_cluster_up_checks_the_environment_its_brokers_will_apply(tmp_path: Path) -> None:
+    environ = {"ODRADEK_CFG_LOG_RETENTION_HOUR": "1"}
+    with pytest.raises(cluster.ClusterError) as info:
+        cluster.plan_brokers(1, tmp_path, 19092, "127.0.0.1:12181", {}, environ)
+    assert "did you mean 'log.retention.hours'?" in str(info.value)
+    assert "environment variable ODRADEK_CFG_LOG_RETENTION_HOUR" in str(info.value)
+    plans = cluster.plan_brokers(1, tmp_path, 19092, "127.0.0.1:12181", {}, {"ODRADEK_CFG_NUM_PARTITIONS": "4"})
+    assert "num.partitions" not in plans[0].properties  # each broker's serve applies its environment itself
