@@ -305,3 +305,44 @@ def test_head_of_a_pipeline_gets_its_line(broker: BrokerProcess) -> None:
     assert r.stdout.decode().splitlines() == ["Configs for broker 1 are:"]
     assert r.stderr == b"", r.stderr.decode()
     assert r.returncode in (0, 141)
+
+
+# -- reassign-partitions --verify --wait ------------------------------------------------------------------------------
+
+
+def test_verify_wait_polls_until_no_reassignment_runs() -> None:
+    from odradek.cli.reassign import COMPLETED, RUNNING, wait_for
+
+    now = [0.0]
+    answers = iter(
+        [
+            {"a": (RUNNING, None), "b": (RUNNING, None)},
+            {"a": (COMPLETED, [1]), "b": (RUNNING, None)},
+            {"a": (COMPLETED, [1]), "b": (COMPLETED, [2])},
+        ]
+    )
+    seen: list[int] = []
+
+    def sleep(s: float) -> None:
+        now[0] += s
+
+    found = wait_for(lambda: next(answers), 60, clock=lambda: now[0], sleep=sleep, progress=seen.append)
+    assert found == {"a": (COMPLETED, [1]), "b": (COMPLETED, [2])}
+    assert seen == [0, 1, 2] and now[0] == 2.0
+
+    stuck = wait_for(lambda: {"a": (RUNNING, None)}, 3, clock=lambda: now[0], sleep=sleep)
+    assert stuck == {"a": (RUNNING, None)} and now[0] == 5.0  # gave up after the timeout
+
+
+def test_verify_wait_against_a_broker(cli: Cli, tmp_path: Path) -> None:
+    topic = _topic(cli)
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": [1]}]}))
+    cli.env["ODRADEK_PROGRESS"] = "1"  # draw the bar although stderr is a pipe
+    try:
+        r = cli("reassign-partitions", "--verify", "--reassignment-json-file", str(plan), "--wait", "10")
+    finally:
+        del cli.env["ODRADEK_PROGRESS"]
+    assert r.returncode == 0, r.stderr
+    assert f"Reassignment of partition {topic}-0 is completed." in r.stdout
+    assert "reassignments completed" in r.stderr and "reassignments completed" not in r.stdout
