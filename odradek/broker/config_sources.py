@@ -6,8 +6,9 @@ serve`` layers them, lowest precedence first: Kafka's defaults, the ``--config``
 
 The file (``read_properties``) is read by jproperties, which follows ``java.util.Properties.load``: ``key=value``,
 ``key: value`` and ``key value``; ``#`` and ``!`` comments; a line ending in ``\\`` continues on the next; escapes
-(``\\t``, ``\\n``, ``\\=``, ``\\:``, ``\\ `` and ``\\uXXXX``). The file is read as UTF-8 (Java reads
-ISO-8859-1; both read ASCII and ``\\uXXXX`` escapes alike). A key given twice keeps its last value, as in Java.
+(``\\t``, ``\\n``, ``\\=``, ``\\:``, ``\\ `` and ``\\uXXXX``). The file is read as UTF-8, or, when it is not
+valid UTF-8, as ISO-8859-1 as Java reads it (both read ASCII and ``\\uXXXX`` escapes alike). A key given twice
+keeps its last value, as in Java.
 
 The environment (``environment_properties``), as Kafka's container images take it: every variable named
 ``ODRADEK_CFG_<NAME>`` sets one key, the name turned into the key by
@@ -55,9 +56,13 @@ def parse_properties(text: str, source: str = "<text>") -> dict[str, str]:
 def read_properties(path: Path) -> dict[str, str]:
     """The keys and values of the properties file at ``path`` (``ConfigError`` if unreadable or malformed)."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeError) as e:
+        data = path.read_bytes()
+    except OSError as e:
         raise ConfigError(f"cannot read config file {path}: {e}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = data.decode("iso-8859-1")  # not UTF-8: read it as Java does (every byte is a character)
     return parse_properties(text, str(path))
 
 

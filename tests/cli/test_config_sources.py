@@ -72,6 +72,14 @@ def test_a_malformed_escape_names_the_file(tmp_path: Path) -> None:
         read_properties(path)
 
 
+def test_a_file_that_is_not_utf8_is_read_as_java_reads_it(tmp_path: Path) -> None:
+    path = tmp_path / "server.properties"
+    path.write_bytes("broker.rack=café\n".encode("iso-8859-1"))
+    assert read_properties(path) == {"broker.rack": "café"}
+    path.write_bytes("broker.rack=café\n".encode())
+    assert read_properties(path) == {"broker.rack": "café"}
+
+
 def test_a_missing_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read config file"):
         read_properties(tmp_path / "nope.properties")
