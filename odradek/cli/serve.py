@@ -50,10 +50,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 def build_config(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> BrokerConfig:
     """The broker's config from the file, the environment (``os.environ`` unless given) and the options."""
     props: dict[str, str] = {}
+    origins: dict[str, str] = {}
     if args.config:
         props.update(read_properties(Path(args.config)))
-    env_props, origins = environment_properties(os.environ if environ is None else environ)
+        origins.update(dict.fromkeys(props, f"--config {args.config}"))
+    env_props, env_origins = environment_properties(os.environ if environ is None else environ)
     props.update(env_props)
+    origins.update(env_origins)
     for item in args.override:
         key, sep, value = item.partition("=")
         if not sep:

@@ -144,6 +144,15 @@ def test_an_unknown_environment_key_names_the_variable_and_suggests_the_key(tmp_
     assert "environment variable ODRADEK_CFG_NUM_PARTITONS" in text
 
 
+def test_an_unknown_key_of_the_file_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "server.properties"
+    path.write_text("num.partitions=2\nlog.retention.hour=5\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        serve.build_config(_serve_args("--config", str(path), "--data-dir", str(tmp_path)), {})
+    assert "did you mean 'log.retention.hours'?" in str(info.value)
+    assert f"(set by --config {path})" in str(info.value)
+
+
 def test_a_bad_environment_value_names_the_variable(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"num\.partitions='many' is invalid.*ODRADEK_CFG_NUM_PARTITIONS"):
         serve.build_config(_serve_args("--data-dir", str(tmp_path)), {"ODRADEK_CFG_NUM_PARTITIONS": "many"})
