@@ -59,6 +59,8 @@ DEFAULT_DELIVERY_TIMEOUT_MS = 120_000
 DEFAULT_REPORTING_INTERVAL_MS = 5_000
 DEFAULT_CONSUME_TIMEOUT_MS = 10_000
 ERRORS_SHOWN = 5
+# How long one consume() call may wait for its batch: short, since it adds to the measured end-to-end latency.
+CONSUME_WAIT_S = 0.05
 
 CONSUMER_HEADER = (
     "start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, "
@@ -351,7 +353,7 @@ def _consume(consumer: Consumer, args: argparse.Namespace) -> int:
         print(DETAIL_HEADER, flush=True)
     with _progress.bar(total=args.num_records, desc=f"perf consume {args.topic}", unit="rec") as bar:
         while records < args.num_records:
-            batch = consumer.consume(num_messages=min(500, args.num_records - records), timeout=0.5)
+            batch = consumer.consume(num_messages=min(500, args.num_records - records), timeout=CONSUME_WAIT_S)
             now = time.monotonic()
             got = 0
             for msg in batch:
@@ -377,7 +379,7 @@ def _consume(consumer: Consumer, args: argparse.Namespace) -> int:
                 break
             if args.show_detailed_stats and now >= next_report:
                 t0, r0, b0 = last_report
-                rebalance_ms = (joined[0] - start) * 1000 if joined and t0 == start else 0.0
+                rebalance_ms = max(0.0, min(now, joined[0] if joined else now) - t0) * 1000  # before the assignment
                 print(
                     f"{_java_time(start_wall + now - start)}, 0, "
                     + consumer_line(t0, now, records - r0, nbytes - b0, rebalance_ms),
