@@ -4,7 +4,10 @@ Invariants:
 - Every key is declared in ``KEYS`` with a type and default; an unknown key or an invalid value is
   a ``ConfigError`` naming the key, the value and what is accepted, raised before the broker starts.
 - Keys that only matter to Kafka's own process layout (KRaft controller settings, thread counts)
-  are accepted and ignored, so a stock Kafka ``server.properties`` works unchanged.
+  are accepted and ignored, so a stock Kafka ``server.properties`` works unchanged; ``from_properties``
+  lists the ones given in ``ignored_keys`` and ``odradek serve`` logs a warning naming each. An unknown
+  key names the closest known key when one is close (a typo).
+- Where the keys come from (the properties file, the environment) is ``config_sources.py``'s.
 - ``zookeeper.connect`` unset (the default) is single-node mode: the broker keeps its metadata in its
   own files, exactly as before the cluster keys existed, and the replication keys (replication factors,
   ``replica.*``, ``controlled.shutdown.*``) have no effect. Set, it is ZooKeeper mode (Kafka's).
@@ -23,6 +26,7 @@ Invariants:
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -385,6 +389,8 @@ class BrokerConfig:
 
     def __init__(self, values: Mapping[str, Any]) -> None:
         self.values = dict(values)
+        # Keys given that Odradek accepts for compatibility but ignores (``from_properties`` fills it in).
+        self.ignored_keys: tuple[str, ...] = ()
         self.node_id: int = values["broker.id"] if values["broker.id"] is not None else values["node.id"]
         controller_names = {
             n.strip().upper() for n in (values["controller.listener.names"] or "").split(",") if n.strip()
@@ -655,24 +661,35 @@ class BrokerConfig:
         return tuple(Endpoint(a.name, a.host, a.port, a.security_protocol) for a in self.advertised_listeners)
 
     @classmethod
-    def from_properties(cls, props: Mapping[str, str]) -> BrokerConfig:
+    def from_properties(cls, props: Mapping[str, str], origins: Mapping[str, str] | None = None) -> BrokerConfig:
+        """The config of ``props`` (Kafka's defaults for the rest); ``ConfigError`` for an unknown key or a bad value.
+
+        ``origins`` names where a key came from (e.g. ``environment variable ODRADEK_CFG_NUM_PARTITIONS``), for
+        the error messages. The keys present that Odradek accepts but ignores are in ``ignored_keys``.
+        """
         values: dict[str, Any] = {k.name: k.default for k in KEYS.values()}
+        ignored: list[str] = []
         for raw_key, raw in props.items():
             key = raw_key.strip()
+            where = f" (set by {origins[raw_key]})" if origins and raw_key in origins else ""
             if key.startswith(LISTENER_PREFIX):
-                values[key] = _listener_override(key, str(raw).strip())
+                try:
+                    values[key] = _listener_override(key, str(raw).strip())
+                except ConfigError as e:
+                    raise ConfigError(f"{e}{where}") from None
                 continue
             spec = KEYS.get(key)
             if spec is None:
-                raise ConfigError(
-                    f"unknown config key {key!r}: check its spelling; `odradek serve --help-config` "
-                    "lists the keys Odradek knows"
-                )
+                raise ConfigError(unknown_key_message(key) + where)
             try:
                 values[key] = spec.parse(str(raw).strip())
             except ValueError as e:
-                raise ConfigError(f"{key}={raw!r} is invalid: {e}") from None
-        return cls(values)
+                raise ConfigError(f"{key}={raw!r} is invalid: {e}{where}") from None
+            if spec.ignored:
+                ignored.append(key)
+        config = cls(values)
+        config.ignored_keys = tuple(sorted(ignored))
+        return config
 
     def broker_config_entries(self) -> dict[str, tuple[str | None, bool]]:
         """Every broker key with (value as string, is_default) for DescribeConfigs."""
@@ -745,27 +762,15 @@ def default_log_config(values: Mapping[str, Any]) -> LogConfig:
         raise ConfigError(f"invalid log default: {e}") from None
 
 
-def read_properties(path: Path) -> dict[str, str]:
-    """Parse a Java-style .properties file (``key=value`` or ``key: value``, ``#``/``!`` comments)."""
-    out: dict[str, str] = {}
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"cannot read config file {path}: {e}") from None
-    pending = ""
-    for lineno, raw in enumerate(text.splitlines(), 1):
-        line = pending + raw.strip()
-        pending = ""
-        if not line or line[0] in "#!":
-            continue
-        if line.endswith("\\"):
-            pending = line[:-1]
-            continue
-        for i, ch in enumerate(line):
-            if ch in "=:":
-                key, value = line[:i].strip(), line[i + 1 :].strip()
-                break
-        else:
-            raise ConfigError(f"{path}:{lineno}: expected key=value, got {raw!r}")
-        out[key] = value
-    return out
+def unknown_key_message(key: str) -> str:
+    """What to say about an unknown broker key: its name, the closest known key if one is close, where the keys
+    are listed."""
+    close = difflib.get_close_matches(key, KEYS, n=1, cutoff=0.8)
+    suggestion = f"did you mean {close[0]!r}? " if close else "check its spelling; "
+    return f"unknown config key {key!r}: {suggestion}`odradek serve --help-config` lists the keys Odradek knows"
+
+
+def ignored_key_warning(key: str) -> str:
+    """The warning for a key Odradek accepts (so Kafka's ``server.properties`` work) but does not implement."""
+    return (f"config key {key!r} is accepted for compatibility with Kafka but has no effect in Odradek "
+            f"({KEYS[key].doc})")

@@ -28,6 +28,9 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
+from odradek.broker import config_sources
+from odradek.broker.config import ConfigError
+
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 BOOTSTRAP_ENV = "ODRADEK_BOOTSTRAP_SERVER"
 DEFAULT_REQUEST_TIMEOUT_MS = 10_000
@@ -102,21 +105,12 @@ def split_key_value(item: str, option: str) -> tuple[str, str]:
 
 
 def read_properties(path: Path) -> dict[str, str]:
-    """A Java-style ``.properties`` file: ``key=value`` or ``key: value`` lines, ``#``/``!`` comments."""
+    """A Java ``.properties`` file (``--command-config``), read as the broker reads ``server.properties``
+    (``config_sources.read_properties``: separators, escapes, continuations, ``#``/``!`` comments)."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise CliError(f"cannot read {path}: {e.strerror or e}", "check the --command-config path", exit_code=2) from e
-    props: dict[str, str] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
-        if sep < 0:
-            raise CliError(f"{path}: line {raw!r} is not key=value", exit_code=2)
-        props[line[:sep].strip()] = line[sep + 1:].strip()
-    return props
+        return config_sources.read_properties(path)
+    except ConfigError as e:
+        raise CliError(str(e), "check the --command-config path and its key=value lines", exit_code=2) from None
 
 
 def read_json(path: Path, hint: str | None = None) -> Any:

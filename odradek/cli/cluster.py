@@ -36,13 +36,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
 from odradek.broker.config import BrokerConfig, ConfigError
+from odradek.broker.config_sources import environment_properties
 from odradek.cli import cluster_describe
 
 HOST = "127.0.0.1"
@@ -144,8 +145,11 @@ def parse_overrides(items: Sequence[str]) -> dict[str, str]:
 
 
 def plan_brokers(brokers: int, data_dir: Path, base_port: int, zookeeper_connect: str,
-                 overrides: dict[str, str]) -> list[BrokerPlan]:
-    """Every broker's plan; its properties are validated as a broker would (``ClusterError`` if not)."""
+                 overrides: dict[str, str], environ: Mapping[str, str] | None = None) -> list[BrokerPlan]:
+    """Every broker's plan; its properties are validated as a broker would (``ClusterError`` if not), with the
+    ``ODRADEK_CFG_*`` variables of ``environ`` (which each broker's ``odradek serve`` applies below its
+    ``--override`` options) under them."""
+    env_props, origins = environment_properties(environ or {})
     if brokers < 1:
         raise ClusterError(f"--brokers {brokers} is invalid: a cluster needs at least 1 broker")
     last = base_port + brokers - 1
@@ -167,7 +171,7 @@ def plan_brokers(brokers: int, data_dir: Path, base_port: int, zookeeper_connect
             **overrides,
         }
         try:
-            BrokerConfig.from_properties(props)
+            BrokerConfig.from_properties({**env_props, **props}, {k: v for k, v in origins.items() if k not in props})
         except ConfigError as e:
             raise ClusterError(f"invalid broker configuration: {e}") from None
         plans.append(BrokerPlan(i, port, broker_dir, data_dir / f"broker-{i}.log", props))
@@ -387,7 +391,8 @@ def run_up(args: argparse.Namespace) -> int:
     data_dir: Path = args.data_dir.resolve()
     try:
         overrides = parse_overrides(args.override)
-        plans = plan_brokers(args.brokers, data_dir, args.base_port, f"{HOST}:{args.zookeeper_port}", overrides)
+        plans = plan_brokers(args.brokers, data_dir, args.base_port, f"{HOST}:{args.zookeeper_port}", overrides,
+                             os.environ)
         if not 0 < args.zookeeper_port < 65536:
             raise ClusterError(f"--zookeeper-port {args.zookeeper_port} is not between 1 and 65535")
         check_ports(args.zookeeper_port, plans)

@@ -28,8 +28,9 @@ Invariants:
 - ``--entity-type``/``--entity-name``/``--entity-default`` are paired in command-line order: a name or
   ``--entity-default`` belongs to the ``--entity-type`` before it. With a single ``--entity-type`` the order
   does not matter (``--entity-name t --entity-type topics`` works, as it always has).
-- Only ``--entity-type users --entity-type clients`` may name two types; topics and brokers take one
-  ``--entity-name`` and no ``--entity-default``.
+- Only ``--entity-type users --entity-type clients`` may name two types; topics take one ``--entity-name``,
+  brokers one ``--entity-name`` (a broker id) or ``--entity-default`` (the cluster-wide dynamic defaults, the
+  BROKER resource ``""``: ``configs_broker_default.py``).
 - Quota describe filters with ``strict`` set, as kafka-configs does (``ClientQuotaFilter.containsOnly``): only
   entities of exactly the given types are listed. A type with a name matches that name (EXACT), with
   ``--entity-default`` its default entity (DEFAULT, sent as a null name), with neither every entity of the
@@ -64,7 +65,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from kafka.protocol.admin import AlterClientQuotasRequest, DescribeClientQuotasRequest
 from kafka.version import __version__ as KAFKA_PYTHON_VERSION
 
-from odradek.cli import _client, _kafka_python, configs_scram
+from odradek.cli import _client, _kafka_python, configs_broker_default, configs_scram
 from odradek.cli._client import CliError
 from odradek.cli._kafka_python import Admin
 
@@ -103,6 +104,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "  odradek configs alter --entity-type topics --entity-name orders "
         "--add-config retention.ms=3600000,segment.bytes=104857600\n"
         "  odradek configs alter --entity-type topics --entity-name orders --delete-config retention.ms\n"
+        "  odradek configs alter --entity-type brokers --entity-default --add-config log.retention.ms=86400000\n"
+        "  odradek configs describe --entity-type brokers --entity-default   # the cluster-wide broker defaults\n"
         "\n"
         "  odradek configs describe --entity-type clients                  # every client-id with quotas\n"
         "  odradek configs describe --entity-type users --entity-name alice --entity-type clients\n"
@@ -128,8 +131,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="topic name, broker id, user principal, client-id or IP address, for the --entity-type "
                         "before it (describe: every entity of the type when omitted)")
     p.add_argument("--entity-default", dest="entity_parts", action=_InOrder, nargs=0, default=[],
-                   help="the default entity (users, clients, ips) of the --entity-type before it: the quota of "
-                        "every user, client-id or IP without one of its own")
+                   help="the default entity of the --entity-type before it: for brokers the cluster-wide dynamic "
+                        "defaults every broker applies; for users, clients and ips the quota of every user, "
+                        "client-id or IP without one of its own")
     p.add_argument("--add-config", action="append", default=[], metavar="K=V[,K2=V2]",
                    help="configs to set, comma-separated (a list value in brackets: k=[a,b]); repeatable")
     p.add_argument("--delete-config", action="append", default=[], metavar="K[,K2]",
@@ -224,9 +228,9 @@ def check_entities(entities: Sequence[EntityArg]) -> None:
                        "alice's quota for client-id app; other types take one --entity-type", exit_code=2)
     for e in entities:
         if e.kind not in QUOTA_KINDS:
-            if e.default:
-                raise CliError(f"--entity-default is for users, clients and ips, not --entity-type {e.option}",
-                               f"name the {e.kind} with --entity-name", exit_code=2)
+            if e.default and e.kind != "broker":
+                raise CliError(f"--entity-default is for brokers, users, clients and ips, not --entity-type "
+                               f"{e.option}", f"name the {e.kind} with --entity-name", exit_code=2)
             continue
         if e.name is not None and not e.name:
             raise CliError(f"--entity-type {e.option} has an empty --entity-name",
@@ -246,6 +250,8 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("--add-config/--delete-config are for alter", "use `odradek configs alter ...`", exit_code=2)
     if entities[0].kind in QUOTA_KINDS:
         return run_quotas(args, entities)
+    if entities[0].kind == "broker" and entities[0].default:
+        return run_broker_default(args)
     args.entity_type, args.entity_name = entities[0].option, entities[0].name
     kind = ENTITY_TYPES[args.entity_type]
     if args.action == "alter":
@@ -333,6 +339,51 @@ def alter(admin: AdminClient, args: argparse.Namespace, kind: str, md: Any) -> i
                  subject=name if kind == "topic" else None)
     print(f"Completed updating config for {kind} {name}.")
     return 0
+
+
+def config_changes(args: argparse.Namespace) -> tuple[dict[str, str], list[str]]:
+    """(configs to set, configs to delete) of ``--add-config``/``--delete-config``; ``CliError`` for a key in both."""
+    to_set = _client.parse_pairs(args.add_config, "--add-config")
+    to_delete = _client.comma_words(args.delete_config)
+    both = sorted(set(to_set) & set(to_delete))
+    if both:
+        raise CliError(f"{', '.join(both)} is both added and deleted", exit_code=2)
+    return to_set, to_delete
+
+
+def run_broker_default(args: argparse.Namespace) -> int:
+    """describe/alter of the cluster-wide broker defaults (``configs_broker_default``)."""
+    changes: tuple[dict[str, str], list[str]] = ({}, [])
+    if args.action == "alter":
+        changes = config_changes(args)
+        if not changes[0] and not changes[1]:
+            raise CliError("configs alter needs --add-config and/or --delete-config",
+                           "e.g. --add-config log.retention.ms=3600000", exit_code=2)
+    _kafka_python.quiet_kafka_python()
+    admin = Admin(args, "configs", error_from)
+    try:
+        if args.action == "describe":
+            what = "describe the default configs of the cluster's brokers"
+            response = send(admin, what, configs_broker_default.describe_request())
+            for result in response.results:
+                if result.error_code:
+                    raise CliError(f"cannot {what}: {broker_error(result.error_code, result.error_message)}",
+                                   broker_hint(result.error_code), code=result.error_code)
+                for line in configs_broker_default.describe_lines(result, args.overrides_only):
+                    print(line)
+            return 0
+        what = "alter the default configs of the cluster's brokers"
+        response = send(admin, what, configs_broker_default.alter_request(*changes))
+        if not response.responses:
+            raise CliError(f"cannot {what}: the broker's answer has no result for the resource", "see the broker's log")
+        for r in response.responses:
+            if r.error_code:
+                raise CliError(f"cannot {what}: {broker_error(r.error_code, r.error_message)}",
+                               broker_hint(r.error_code), code=r.error_code)
+        print(configs_broker_default.ALTERED)
+        return 0
+    finally:
+        admin.close()
 
 
 # -- client quotas -----------------------------------------------------------------------------------

@@ -5,6 +5,9 @@ aborted-transaction indexes (``.txnindex``) and producer snapshots (``.snapshot`
 CRC-checked; the dump stops at the first invalid batch and says where the valid log ends, which is
 where recovery would cut it. With ``--print-data-log`` a transaction marker shows its outcome and
 coordinator epoch instead of its raw key and value.
+
+A large segment (16 MiB or more) shows a progress bar of the bytes dumped on stderr when stderr is a
+terminal and stdout is not (``odradek dump-log --files big.log > dump.txt``); see ``_progress.py``.
 """
 
 from __future__ import annotations
@@ -13,9 +16,11 @@ import argparse
 import os
 import struct
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
+from odradek.cli import _progress
 from odradek.protocol import batch as rb
 from odradek.protocol.compression import Compression
 from odradek.protocol.errors import KafkaError
@@ -25,6 +30,9 @@ from odradek.storage.checkpoint import OffsetCheckpointFile
 from odradek.storage.cleaner.batch_filter import has_delete_horizon
 from odradek.storage.cleaner.cleaner import CLEANER_CHECKPOINT, CLEANER_METRICS
 from odradek.storage.producer_state import read_snapshot
+
+# A segment smaller than this is dumped without a progress bar (it is over at once).
+PROGRESS_MIN_BYTES = 16 * 1024 * 1024
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -127,45 +135,52 @@ def dump_segment(path: Path, print_data: bool, out: TextIO) -> int:
     with open(path, "rb", buffering=0) as f:
         fd = f.fileno()
         size = os.fstat(fd).st_size
-        pos = 0
-        while pos < size:
-            prefix = os.pread(fd, rb.LOG_OVERHEAD, pos)
-            if len(prefix) < rb.LOG_OVERHEAD:
-                break
-            _, length = rb.read_prefix(prefix)
-            data = os.pread(fd, max(length + rb.LOG_OVERHEAD, 0), pos)
-            try:
-                h = rb.check_batch(data)
-            except KafkaError as e:
-                print(f"invalid batch at position {pos}: {e}", file=out)
-                print(f"the valid log ends at position {pos} of {size} bytes", file=out)
-                return 1
-            ts_type = "LogAppendTime" if h.is_log_append_time else "CreateTime"
-            print(
-                f"baseOffset: {h.base_offset} lastOffset: {h.last_offset} count: {h.record_count} "
-                f"baseSequence: {h.base_sequence} lastSequence: {h.last_sequence} producerId: {h.producer_id} "
-                f"producerEpoch: {h.producer_epoch} partitionLeaderEpoch: {h.partition_leader_epoch} "
-                f"isTransactional: {str(h.is_transactional).lower()} isControl: {str(h.is_control).lower()} "
-                f"deleteHorizonMs: {h.base_timestamp if has_delete_horizon(h) else 'OptionalLong.empty'} "
-                f"position: {pos} {ts_type}: {h.max_timestamp} size: {h.size} magic: {h.magic} "
-                f"compresscodec: {Compression(h.compression).name.lower()} crc: {h.crc} isvalid: true",
-                file=out,
-            )
-            if print_data:
-                for r in decode_records(data):
-                    if h.is_control:
-                        print(f"| offset: {r.offset} {ts_type}: {r.timestamp} {describe_control(r.key, r.value)}",
-                              file=out)
-                        continue
-                    key = r.key.decode("utf-8", "replace") if r.key is not None else "null"
-                    value = r.value.decode("utf-8", "replace") if r.value is not None else "null"
-                    headers = ",".join(f"{k}:{(v or b'').decode('utf-8', 'replace')}" for k, v in r.headers)
-                    print(
-                        f"| offset: {r.offset} {ts_type}: {r.timestamp} keySize: {len(r.key or b'')} "
-                        f"valueSize: {len(r.value or b'')} headerKeys: [{headers}] key: {key} payload: {value}",
-                        file=out,
-                    )
-            pos += h.size
+        with _progress.bar(total=size, desc=path.name, unit="B", unit_scale=True, min_total=PROGRESS_MIN_BYTES,
+                           beside_output=True) as bar:
+            return _dump_batches(fd, size, print_data, out, bar.update)
+
+
+def _dump_batches(fd: int, size: int, print_data: bool, out: TextIO, advanced: Callable[[int], object]) -> int:
+    pos = 0
+    while pos < size:
+        prefix = os.pread(fd, rb.LOG_OVERHEAD, pos)
+        if len(prefix) < rb.LOG_OVERHEAD:
+            break
+        _, length = rb.read_prefix(prefix)
+        data = os.pread(fd, max(length + rb.LOG_OVERHEAD, 0), pos)
+        try:
+            h = rb.check_batch(data)
+        except KafkaError as e:
+            print(f"invalid batch at position {pos}: {e}", file=out)
+            print(f"the valid log ends at position {pos} of {size} bytes", file=out)
+            return 1
+        ts_type = "LogAppendTime" if h.is_log_append_time else "CreateTime"
+        print(
+            f"baseOffset: {h.base_offset} lastOffset: {h.last_offset} count: {h.record_count} "
+            f"baseSequence: {h.base_sequence} lastSequence: {h.last_sequence} producerId: {h.producer_id} "
+            f"producerEpoch: {h.producer_epoch} partitionLeaderEpoch: {h.partition_leader_epoch} "
+            f"isTransactional: {str(h.is_transactional).lower()} isControl: {str(h.is_control).lower()} "
+            f"deleteHorizonMs: {h.base_timestamp if has_delete_horizon(h) else 'OptionalLong.empty'} "
+            f"position: {pos} {ts_type}: {h.max_timestamp} size: {h.size} magic: {h.magic} "
+            f"compresscodec: {Compression(h.compression).name.lower()} crc: {h.crc} isvalid: true",
+            file=out,
+        )
+        if print_data:
+            for r in decode_records(data):
+                if h.is_control:
+                    print(f"| offset: {r.offset} {ts_type}: {r.timestamp} {describe_control(r.key, r.value)}",
+                          file=out)
+                    continue
+                key = r.key.decode("utf-8", "replace") if r.key is not None else "null"
+                value = r.value.decode("utf-8", "replace") if r.value is not None else "null"
+                headers = ",".join(f"{k}:{(v or b'').decode('utf-8', 'replace')}" for k, v in r.headers)
+                print(
+                    f"| offset: {r.offset} {ts_type}: {r.timestamp} keySize: {len(r.key or b'')} "
+                    f"valueSize: {len(r.value or b'')} headerKeys: [{headers}] key: {key} payload: {value}",
+                    file=out,
+                )
+        advanced(h.size)
+        pos += h.size
     return 0
 
 

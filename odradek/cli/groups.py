@@ -49,7 +49,7 @@ from typing import Any
 from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from odradek.cli import _client
+from odradek.cli import _client, _progress
 from odradek.cli._client import CliError
 
 ACTIONS = ("list", "describe", "delete", "reset-offsets")
@@ -245,37 +245,35 @@ def log_offsets(admin: AdminClient, args: argparse.Namespace, tps: Iterable[TP],
     futures = admin.list_offsets({TopicPartition(t, p): spec for t, p in wanted}, **kwargs(args))
     by_tp = {(tp.topic, tp.partition): f for tp, f in futures.items()}
     out: dict[TP, int | CliError] = {}
-    for t, p in wanted:
-        try:
-            out[(t, p)] = int(_client.wait(by_tp[(t, p)], args, f"list the {what} offset of {t}-{p}", subject=t).offset)
-        except CliError as e:
-            if e.code in _UNREACHABLE_CODES:
-                raise
-            out[(t, p)] = e
+    with _progress.bar(total=len(wanted), desc=f"{what} offsets", unit="partition", min_total=50) as bar:
+        for t, p in wanted:
+            try:
+                out[(t, p)] = int(_client.wait(by_tp[(t, p)], args, f"list the {what} offset of {t}-{p}",
+                                               subject=t).offset)
+            except CliError as e:
+                if e.code in _UNREACHABLE_CODES:
+                    raise
+                out[(t, p)] = e
+            bar.update(1)
     return out
 
 
 class Progress:
-    """"described 3/40 groups" on stderr, only when stderr is a terminal and there is more than a few."""
+    """"fetched the offsets of groups 3/40" as a bar on stderr (``_progress``: only when stderr is a terminal),
+    when there are more than a few."""
 
     def __init__(self, total: int, what: str) -> None:
         self.total = total
         self.what = what
         self.done = 0
-        self.enabled = total > 5 and _isatty(sys.stderr)
+        self._bar = _progress.bar(total=total, desc=what, unit="group", min_total=6)
+        self.enabled = not self._bar.disable
 
     def step(self) -> None:
         self.done += 1
-        if self.enabled:
-            end = "\n" if self.done >= self.total else ""
-            print(f"\r{self.what} {self.done}/{self.total}", end=end, file=sys.stderr, flush=True)
-
-
-def _isatty(stream: Any) -> bool:
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError):
-        return False
+        self._bar.update(1)
+        if self.done >= self.total:
+            self._bar.close()
 
 
 def all_group_ids(admin: AdminClient, args: argparse.Namespace,

@@ -14,7 +14,7 @@ Usage::
 
     odradek reassign-partitions --generate --topics-to-move-json-file move.json --broker-list 2,3,4
     odradek reassign-partitions --execute --reassignment-json-file plan.json
-    odradek reassign-partitions --verify --reassignment-json-file plan.json
+    odradek reassign-partitions --verify --reassignment-json-file plan.json [--wait 600]
     odradek reassign-partitions --cancel --reassignment-json-file plan.json
     odradek reassign-partitions --list
 
@@ -27,7 +27,9 @@ Invariants:
   partition, a broker twice, an empty list, a partition twice). ``log_dirs`` other than "any" are refused:
   moving replicas between log directories is AlterReplicaLogDirs's business.
 - ``--verify`` exits 0 only when every partition of the file is done (no reassignment running and the
-  replicas are the file's); it prints one line per partition either way.
+  replicas are the file's); it prints one line per partition either way. With ``--wait SECONDS`` it first
+  checks again every second until none is running (or the time is up), showing the partitions completed as a
+  progress bar on stderr (``_progress.py``: only on a terminal), then prints the lines once.
 - Failures are ``CliError``s: exit code 1 for a broker error or an unreachable cluster, 2 for bad usage.
 """
 
@@ -35,14 +37,15 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 from kafka import TopicPartition
 
-from odradek.cli import _client, _kafka_python
+from odradek.cli import _client, _kafka_python, _progress
 from odradek.cli._client import CliError
 from odradek.cli._kafka_python import Admin
 from odradek.cluster.controller.assignment import assign_replicas
@@ -79,6 +82,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                         "side); --verify removes the throttle once the reassignment is complete")
     p.add_argument("--preserve-throttles", action="store_true",
                    help="--verify: keep the throttles after completion")
+    p.add_argument("--wait", type=_client.positive_int, metavar="SECONDS",
+                   help="--verify: check again every second until no reassignment of the file is running, for at "
+                        "most this long (a progress bar on stderr when it is a terminal)")
     _client.add_common_options(p)
     p.set_defaults(func=lambda args: _client.run_verb("reassign-partitions", run, args))
 
@@ -88,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("--throttle is for --execute", exit_code=2)
     if args.preserve_throttles and not args.verify:
         raise CliError("--preserve-throttles is for --verify", exit_code=2)
+    if args.wait is not None and not args.verify:
+        raise CliError("--wait is for --verify", exit_code=2)
     if args.generate and (args.topics_to_move_json_file is None or not args.broker_list):
         raise CliError("--generate needs --topics-to-move-json-file and --broker-list", exit_code=2)
     if (args.execute or args.verify or args.cancel) and args.reassignment_json_file is None:
@@ -106,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
                 set_throttles(args, plan, current, args.throttle)
             return execute(admin, plan, current)
         if args.verify:
-            done = verify(admin, plan)
+            done = verify(admin, plan, args.wait)
             if done == 0 and not args.preserve_throttles:
                 clear_throttles(args, plan)
             return done
@@ -248,21 +256,58 @@ def execute(admin: Admin, plan: Plan, current: Plan) -> int:
     return 0
 
 
-def verify(admin: Admin, plan: Plan) -> int:
+RUNNING, COMPLETED, DIFFERENT = "running", "completed", "different"
+
+
+def statuses(admin: Admin, plan: Plan) -> dict[tuple[str, int], tuple[str, list[int] | None]]:
+    """Each partition of ``plan``: (RUNNING, COMPLETED or DIFFERENT, its current replicas)."""
     running = admin.call("list partition reassignments", lambda c: c.list_partition_reassignments(
         [TopicPartition(t, p) for t, p in plan]))
     current = current_assignment(admin, sorted({t for t, _ in plan}))
+    out: dict[tuple[str, int], tuple[str, list[int] | None]] = {}
+    for (t, p), replicas in plan.items():
+        now = current.get((t, p))
+        state = RUNNING if TopicPartition(t, p) in running else COMPLETED if now == replicas else DIFFERENT
+        out[(t, p)] = (state, now)
+    return out
+
+
+def wait_for(check: Callable[[], dict[Any, tuple[str, Any]]], timeout_s: float, *,
+             clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+             poll_s: float = 1.0, progress: Callable[[int], None] = lambda done: None) -> dict[Any, tuple[str, Any]]:
+    """``check()`` again every ``poll_s`` until no partition is RUNNING or ``timeout_s`` has passed; ``progress``
+    gets the number of COMPLETED partitions after each check. The last statuses."""
+    deadline = clock() + timeout_s
+    found = check()
+    while True:
+        progress(sum(1 for state, _ in found.values() if state == COMPLETED))
+        if not any(state == RUNNING for state, _ in found.values()) or clock() >= deadline:
+            return found
+        sleep(max(0.0, min(poll_s, deadline - clock())))
+        found = check()
+
+
+def verify(admin: Admin, plan: Plan, wait_s: float | None = None) -> int:
+    if wait_s is None:
+        found = statuses(admin, plan)
+    else:
+        with _progress.bar(total=len(plan), desc="reassignments completed", unit="partition") as bar:
+            def shown(done: int) -> None:
+                bar.update(done - bar.n)
+
+            found = wait_for(lambda: statuses(admin, plan), wait_s, progress=shown)
     print("Status of partition reassignment:")
     done = True
     for (t, p), replicas in sorted(plan.items()):
-        if TopicPartition(t, p) in running:
+        state, current = found[(t, p)]
+        if state == RUNNING:
             print(f"Reassignment of partition {t}-{p} is still in progress.")
             done = False
-        elif current.get((t, p)) == replicas:
+        elif state == COMPLETED:
             print(f"Reassignment of partition {t}-{p} is completed.")
         else:
             print(f"There is no active reassignment of partition {t}-{p}, but replica set is "
-                  f"{current.get((t, p))} rather than {replicas}.")
+                  f"{current} rather than {replicas}.")
             done = False
     return 0 if done else 1
 

@@ -1,7 +1,10 @@
 """``odradek serve``: run one broker until SIGTERM/SIGINT.
 
-Settings come, in increasing precedence, from Kafka's defaults, ``--config server.properties``,
-``--override key=value`` options, and the ``--port``/``--host``/``--data-dir`` shortcuts.
+Settings come, in increasing precedence, from Kafka's defaults, ``--config server.properties``, the
+``ODRADEK_CFG_*`` environment variables (``ODRADEK_CFG_NUM_PARTITIONS=5`` is ``num.partitions=5``; see
+``broker/config_sources.py``), ``--override key=value`` options, and the ``--port``/``--host``/``--data-dir``
+shortcuts. Kafka keys that Odradek accepts but ignores are logged as warnings, one per key; an unknown key
+stops the start with an error naming it (and where it was set).
 """
 
 from __future__ import annotations
@@ -11,10 +14,14 @@ import asyncio
 import ctypes
 import gc
 import logging
+import os
 import signal
 import sys
+from collections.abc import Mapping
+from pathlib import Path
 
-from odradek.broker.config import KEYS, BrokerConfig, ConfigError, read_properties
+from odradek.broker.config import KEYS, BrokerConfig, ConfigError, ignored_key_warning, parse_listeners
+from odradek.broker.config_sources import ENV_PREFIX, env_name, environment_properties, read_properties
 
 log = logging.getLogger("odradek.serve")
 
@@ -24,6 +31,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "serve",
         help="run a broker (127.0.0.1:9092, data in ./data by default)",
         description="Run one Odradek broker that Kafka clients connect to.",
+        epilog=f"Settings, lowest precedence first: Kafka's defaults, --config FILE, the environment, --override,\n"
+               f"--port/--host/--data-dir. Each {ENV_PREFIX}<NAME> variable sets one key: the name lower-cased,\n"
+               f"with '_' read as '.', '__' as '_' and '___' as '-' ({env_name('num.partitions')}=5 is\n"
+               f"num.partitions=5).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--config", metavar="FILE", help="server.properties-style file (Kafka's keys)")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
@@ -35,25 +47,32 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.set_defaults(func=run)
 
 
-def build_config(args: argparse.Namespace) -> BrokerConfig:
+def build_config(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> BrokerConfig:
+    """The broker's config from the file, the environment (``os.environ`` unless given) and the options."""
     props: dict[str, str] = {}
+    origins: dict[str, str] = {}
     if args.config:
-        from pathlib import Path
-
         props.update(read_properties(Path(args.config)))
+        origins.update(dict.fromkeys(props, f"--config {args.config}"))
+    env_props, env_origins = environment_properties(os.environ if environ is None else environ)
+    props.update(env_props)
+    origins.update(env_origins)
     for item in args.override:
         key, sep, value = item.partition("=")
         if not sep:
             raise ConfigError(f"--override {item!r} is not KEY=VALUE")
         props[key.strip()] = value.strip()
+        origins.pop(key.strip(), None)
     if args.port is not None or args.host is not None:
-        base = BrokerConfig.from_properties(props).listener
+        controllers = {n.strip().upper() for n in props.get("controller.listener.names", "").split(",")}
+        listeners = parse_listeners(props.get("listeners", KEYS["listeners"].default), "listeners")
+        base = next((lst for lst in listeners if lst.name not in controllers), listeners[0])
         host = args.host if args.host is not None else (base.host or "127.0.0.1")
         port = args.port if args.port is not None else base.port
         props["listeners"] = f"PLAINTEXT://{host}:{port}"
     if args.data_dir:
         props["log.dirs"] = args.data_dir
-    return BrokerConfig.from_properties(props)
+    return BrokerConfig.from_properties(props, origins)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -67,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"odradek serve: invalid configuration: {e}", file=sys.stderr)
         return 2
+    for key in config.ignored_keys:
+        log.warning(ignored_key_warning(key))
     if not tune_allocator():
         log.info("allocator tuning unavailable (not glibc); running with the default malloc settings")
     return asyncio.run(_serve(config))

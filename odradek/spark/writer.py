@@ -11,6 +11,11 @@ per task and micro-batch, skipped when the batch is replayed); ``exactlyOnce=fal
 at-least-once, without transactions.
 
 Tasks receive Arrow record batches (``DataSourceArrowWriter``), not per-row objects.
+
+Save modes: a batch write needs ``.mode("append")``. Spark's default mode (ErrorIfExists) and Ignore are
+refused by PySpark itself before this module runs (``UNSUPPORTED_DATA_SOURCE_SAVE_MODE``: Python data sources
+take only Append and Overwrite); Overwrite is refused here (``OVERWRITE_REFUSED``), as Spark's Kafka sink refuses
+it: records cannot be taken back out of a topic. Streaming writes take every output mode (each row is appended).
 """
 
 from __future__ import annotations
@@ -26,6 +31,11 @@ from pyspark.sql.types import BinaryType, StringType, StructType
 from odradek.spark.exactly_once import DEFAULT_PREFIX, write_transactionally
 
 _FLUSH_TIMEOUT_S = 120
+OVERWRITE_REFUSED = (
+    'the odradek data source appends records to topics and cannot overwrite them (nor can Spark\'s Kafka sink): '
+    'write with .mode("append"), e.g. df.write.format("odradek").option("kafka.bootstrap.servers", ...)'
+    '.option("topic", ...).mode("append").save(); see docs/spark.md, "Writing"'
+)
 
 
 @dataclass(frozen=True)
@@ -119,6 +129,8 @@ class _Target:
 
 class BatchWriter(DataSourceArrowWriter):
     def __init__(self, options: dict[str, Any], schema: StructType, overwrite: bool) -> None:
+        if overwrite:
+            raise ValueError(OVERWRITE_REFUSED)
         self.target = _Target(options, schema)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:

@@ -86,8 +86,7 @@ def test_a_single_type_takes_its_name_in_any_order_as_before() -> None:
     (("--entity-type", "topics", "--entity-type", "users"), "only users and clients can be given together"),
     (("--entity-type", "clients", "--entity-type", "clients"), "only users and clients can be given together"),
     (("--entity-type", "users", "--entity-type", "ips"), "only users and clients can be given together"),
-    (("--entity-type", "topics", "--entity-default"), "--entity-default is for users, clients and ips"),
-    (("--entity-type", "brokers", "--entity-default"), "--entity-default is for users, clients and ips"),
+    (("--entity-type", "topics", "--entity-default"), "--entity-default is for brokers, users, clients and ips"),
     (("--entity-type", "users", "--entity-name", ""), "has an empty --entity-name"),
     (("--entity-type", "ips", "--entity-name", "not-an-ip"), "is not an IP address"),
 ])
