@@ -22,9 +22,9 @@ Invariants:
   through ``batch.check_batch``; the pass is thrown away.
 - A segment file shorter than its summary's size is read by the reference reader, and a batch whose header is
   damaged by the reference reader from that batch on: either raises where the reference raises.
-- Memory: the offset map (``key_table``), ``READ_AHEAD + 1`` read buffers (``CHUNK_BYTES + OVERLAP_BYTES`` each; a batch larger
-  than the overlap is read alone into a buffer of its size), one output buffer (``io_buffer_bytes``, larger only
-  for a larger batch), and small span and scratch arrays.
+- Memory: the offset map (``key_table``), ``READ_AHEAD + 1`` read buffers (``CHUNK_BYTES + OVERLAP_BYTES`` each;
+  a batch larger than the overlap is read alone into a buffer of its size), one output buffer
+  (``io_buffer_bytes``, larger only for a larger batch), and small span and scratch arrays.
 - Threads: the pass's reader threads only read into buffers the kernel is not scanning (chunk ``j``'s is read into
   again only once chunk ``j + READ_AHEAD + 1`` is asked for, when the caller is done with every earlier chunk); a
   read is waited for before its buffer is used, and the readers are shut down when the pass ends (``CompiledPass``
