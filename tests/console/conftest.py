@@ -12,8 +12,12 @@ that use it are skipped when either is missing.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -48,6 +52,33 @@ class ConsoleServer:
         site = web.TCPSite(self.runner, LOOPBACK, 0)
         await site.start()
         return site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    def get(self, path: str) -> tuple[int, str]:
+        """GET ``path``: (status, body)."""
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=30) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def post(self, path: str, fields: dict[str, str], *, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+        """POST a form to ``path`` asking for JSON: (status, decoded JSON or text)."""
+        data = urllib.parse.urlencode(fields).encode()
+        req = urllib.request.Request(
+            self.url + path, data=data, method="POST", headers={"Accept": "application/json", **(headers or {})}
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                status, body = r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            status, body = e.code, e.read().decode()
+        try:
+            return status, json.loads(body)
+        except ValueError:
+            return status, body
+
+    def on_loop(self, fn: Any) -> Any:
+        return self.kafka.on_loop(fn)
 
     def close(self) -> None:
         try:
