@@ -90,7 +90,9 @@ class ConsoleServer:
 
 @pytest.fixture(scope="module")
 def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleServer]:
-    server = ConsoleServer(tmp_path_factory.mktemp("console"), {"num.partitions": "3"})
+    server = ConsoleServer(
+        tmp_path_factory.mktemp("console"), {"num.partitions": "3", "group.initial.rebalance.delay.ms": "0"}
+    )
     try:
         yield server
     finally:
