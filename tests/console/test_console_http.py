@@ -345,3 +345,83 @@ def test_security_page_without_an_authorizer_shows_quotas(console: ConsoleServer
 @pytest.mark.parametrize("path", ["/", "/topics", "/groups", "/transactions", "/security", "/static/console.js"])
 def test_every_page_answers(console: ConsoleServer, path: str) -> None:
     assert console.get(path)[0] == 200
+
+
+def test_hanging_transaction_is_shown(console: ConsoleServer) -> None:
+    """A transaction no coordinator knows (a producer id the coordinator never gave out), open for two hours."""
+    from odradek.protocol.records import RecordInput, build_batch
+
+    _create(console, "hung", 1)
+    old = int(time.time() * 1000) - 2 * 3600_000
+    batch = build_batch(
+        [RecordInput(None, b"stuck")],
+        base_timestamp=old,
+        producer_id=987_654,
+        producer_epoch=3,
+        base_sequence=0,
+        is_transactional=True,
+    )
+    console.on_loop(lambda: console.broker.replicas.append("hung", 0, batch))
+    status, body = console.get("/transactions")
+    m = re.search(r'<table id="hanging">(.*?)</table>', body, re.S)
+    assert (
+        status == 200
+        and m
+        and "hung-0" in m.group(1)
+        and "987654" in m.group(1)
+        and '<td class="num">120</td>' in m.group(1)
+    )
+    # the stuck transaction holds back read_committed readers; the browser shows what read_uncommitted sees
+    assert 'data-offset="0"' in console.get("/topics/hung/messages")[1]
+
+
+def test_tail_ends_when_its_topic_is_deleted(console: ConsoleServer) -> None:
+    _create(console, "short-lived", 1)
+    conn = http.client.HTTPConnection("127.0.0.1", console.port, timeout=30)
+    conn.request("GET", "/api/topics/short-lived/tail?partition=0")
+    r = conn.getresponse()
+    assert r.readline().startswith(b": tailing")
+    status, doc = console.post("/api/topics/short-lived/delete", {"confirm": "short-lived"})
+    assert status == 200 and doc["ok"]
+    # the tail notices at its next wake-up (here a notification; at the latest its 10 s keepalive)
+    console.on_loop(lambda: console.broker.notify("short-lived", 0))
+    started = time.monotonic()
+    rest = r.read()  # the stream ends
+    assert time.monotonic() - started < 5 and b"data:" not in rest
+    conn.close()
+    assert console.get("/api/topics/nowhere/tail")[0] == 404
+
+
+def test_acls_are_listed_with_an_authorizer(tmp_path: Any) -> None:
+    from odradek.security.acl import (
+        AccessControlEntry,
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        PatternType,
+        ResourcePattern,
+        ResourceType,
+    )
+
+    server = ConsoleServer(
+        tmp_path,
+        {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer", "allow.everyone.if.no.acl.found": "true"},
+    )
+    try:
+        store = server.broker.acl_store
+        assert store is not None
+        binding = AclBinding(
+            ResourcePattern(ResourceType.TOPIC, "orders", PatternType.PREFIXED),
+            AccessControlEntry("User:alice", "*", AclOperation.READ, AclPermissionType.ALLOW),
+        )
+        assert server.run(store.create([binding])) == [None]
+        status, body = server.get("/security")
+        m = re.search(r'<table id="acls">(.*?)</table>', body, re.S)
+        assert status == 200 and m
+        assert re.search(
+            r"<td>TOPIC</td><td>orders</td><td>PREFIXED</td><td>User:alice</td>\s*<td>\*</td>"
+            r"<td>READ</td><td>ALLOW</td>",
+            m.group(1),
+        )
+    finally:
+        server.close()
