@@ -104,10 +104,25 @@ def _lag_of(b: Broker, committed: dict[TP, int]) -> int | None:
     return total
 
 
-def list_groups(b: Broker) -> list[GroupSummary]:
+@dataclass(frozen=True, slots=True)
+class GroupList:
+    rows: list[GroupSummary]
+    total: int  # groups matching the query
+    page: int
+    pages: int
+
+
+PAGE_SIZE = 50
+
+
+def list_groups(b: Broker, query: str = "", page: int = 1, *, page_size: int = PAGE_SIZE) -> GroupList:
+    """A page of the groups whose id contains ``query``, sorted by id; lag is computed for the shown ones only."""
     coord = b.groups.view()
+    listed = [g for g in coord.list_groups() if query in g["group_id"]]
+    pages = max((len(listed) + page_size - 1) // page_size, 1)
+    page = min(max(page, 1), pages)
     out = []
-    for g in coord.list_groups():
+    for g in listed[(page - 1) * page_size : page * page_size]:
         group = coord.groups.get(g["group_id"])
         members = len(group.members) if group is not None else 0
         out.append(
@@ -115,7 +130,7 @@ def list_groups(b: Broker) -> list[GroupSummary]:
                 g["group_id"], g["group_state"], g["protocol_type"], members, _lag_of(b, _committed(b, g["group_id"]))
             )
         )
-    return out
+    return GroupList(out, len(listed), page, pages)
 
 
 def total_lags(b: Broker) -> dict[str, int]:

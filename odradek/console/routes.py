@@ -40,6 +40,7 @@ HISTORY: web.AppKey[LagHistory] = web.AppKey("console_lag_history")
 TAILS: web.AppKey[set[asyncio.Task[Any]]] = web.AppKey("console_tails")
 MESSAGE_LIMIT = 100
 MAX_MESSAGE_LIMIT = 1000
+MAX_ROWS = 500  # rows of a list that is not paginated (transactions, producers, quotas, ACLs)
 
 _env = jinja2.Environment(
     loader=jinja2.FileSystemLoader(HERE / "templates"),
@@ -225,7 +226,9 @@ async def _read_messages(
 
 
 async def groups_page(request: web.Request) -> web.Response:
-    return render(request, "groups.html", groups=groups.list_groups(_broker(request)))
+    q = request.query.get("q", "")
+    listing = groups.list_groups(_broker(request), q, _int(request.query.get("page"), "page", 1) or 1)
+    return render(request, "groups.html", listing=listing, q=q)
 
 
 async def group_page(
@@ -257,16 +260,24 @@ async def transactions_page(request: web.Request) -> web.Response:
     return render(
         request,
         "transactions.html",
-        transactions=admin.transactions(b),
-        producers=admin.open_producers(b),
-        hanging=admin.hanging_transactions(b),
+        transactions=admin.transactions(b)[:MAX_ROWS],
+        producers=admin.open_producers(b)[:MAX_ROWS],
+        hanging=admin.hanging_transactions(b)[:MAX_ROWS],
+        max_rows=MAX_ROWS,
         now=b.clock.milliseconds(),
     )
 
 
 async def security_page(request: web.Request) -> web.Response:
     b = _broker(request)
-    return render(request, "security.html", quotas=admin.quotas(b), acls=admin.acls(b))
+    acls = admin.acls(b)
+    return render(
+        request,
+        "security.html",
+        quotas=admin.quotas(b)[:MAX_ROWS],
+        acls=None if acls is None else acls[:MAX_ROWS],
+        max_rows=MAX_ROWS,
+    )
 
 
 # -- actions ----------------------------------------------------------------------------------------------

@@ -425,3 +425,29 @@ def test_acls_are_listed_with_an_authorizer(tmp_path: Any) -> None:
         )
     finally:
         server.close()
+
+
+def test_group_list_is_paginated_and_filtered(console: ConsoleServer) -> None:
+    _create(console, "many-groups", 1)
+    b = console.broker
+    for i in range(55):
+        console.run(
+            b.groups.call(
+                lambda c, ticket, now, i=i: c.commit(
+                    ticket,
+                    group_id=f"paged-{i:02d}",
+                    generation_id=-1,
+                    member_id="",
+                    group_instance_id=None,
+                    offsets=[("many-groups", 0, 0, -1, "")],
+                    retention_ms=-1,
+                    partition_exists=lambda t, p: True,
+                    now=now,
+                )
+            )
+        )
+    status, body = console.get("/groups?q=paged-")
+    assert status == 200 and _rows(body, "data-group") == [f"paged-{i:02d}" for i in range(50)]
+    assert "page 1 of 2" in body
+    assert _rows(console.get("/groups?q=paged-&page=2")[1], "data-group") == [f"paged-{i:02d}" for i in range(50, 55)]
+    assert _rows(console.get("/groups?q=paged-3")[1], "data-group") == [f"paged-3{i}" for i in range(10)]
