@@ -64,5 +64,7 @@ def chart_svg(points: list[tuple[int, int]], *, width: int = 600, height: int = 
         f'<svg class="lag-chart" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
         f'role="img" aria-label="lag over time, max {top}">'
         f'<polyline fill="none" stroke="currentColor" stroke-width="2" points="{coords}"/>'
-        f'<text x="{pad}" y="12" font-size="11">max {top}</text></svg>'
+        f'<text x="{pad}" y="12" font-size="11">max {top}</text>'
+        f'<text x="{width - pad}" y="{height - pad - 2}" font-size="11" text-anchor="end">'
+        f"{len(points)} samples over {(t1 - t0) // 1000} s</text></svg>"
     )

@@ -232,7 +232,11 @@ async def groups_page(request: web.Request) -> web.Response:
 
 
 async def group_page(
-    request: web.Request, *, reset: groups.ResetResult | None = None, error: str | None = None
+    request: web.Request,
+    *,
+    reset: groups.ResetResult | None = None,
+    error: str | None = None,
+    form: dict[str, str] | None = None,
 ) -> web.Response:
     b = _broker(request)
     group_id = request.match_info["group"]
@@ -252,6 +256,7 @@ async def group_page(
         reset=reset,
         error=error,
         topics=sorted({p.topic for p in detail.partitions}),
+        form=form or {},
     )
 
 
@@ -404,6 +409,7 @@ async def reset_offsets(request: web.Request) -> web.Response:
     """Dry run (the default) or ``execute``: the group page with the plan, or JSON."""
     b = _broker(request)
     group_id = request.match_info["group"]
+    form: dict[str, str] = {}
     try:
         form = await _form(request)
         result = await groups.reset_offsets(
@@ -417,7 +423,7 @@ async def reset_offsets(request: web.Request) -> web.Response:
     except (ConsoleError, KafkaError) as e:
         if _wants_json(request):
             return web.json_response({"ok": False, "error": e.message}, status=400)
-        return await group_page(request, error=e.message)
+        return await group_page(request, error=e.message, form=form)
     if _wants_json(request):
         return web.json_response(
             {
@@ -430,7 +436,7 @@ async def reset_offsets(request: web.Request) -> web.Response:
                 "errors": {f"{t}-{p}": e for (t, p), e in result.errors.items()},
             }
         )
-    return await group_page(request, reset=result)
+    return await group_page(request, reset=result, form=form)
 
 
 async def tail_events(request: web.Request) -> web.StreamResponse:
