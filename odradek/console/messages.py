@@ -2,7 +2,8 @@
 filtered by key, value or header, and one record produced from a form.
 
 Reading goes through ``Log.read`` (whole batches up to the high watermark, what a read_uncommitted consumer may
-see) and the batch scanner ``records.iter_batches`` / ``decode_records``, as the tools do; control batches
+see, or up to the last stable offset without aborted transactions, what a read_committed one sees) and the batch
+scanner ``records.iter_batches`` / ``decode_records``, as the tools do; control batches
 (transaction markers) are skipped. It reads files (``pread``), so callers run it off the event loop
 (``asyncio.to_thread``); ``Log`` reads take no lock and see an immutable segment list, so that is safe.
 
@@ -23,7 +24,7 @@ import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from odradek.protocol.batch import CONTROL_BIT
+from odradek.protocol.batch import CONTROL_BIT, TRANSACTIONAL_BIT
 from odradek.protocol.errors import InvalidTopicError, UnknownTopicError
 from odradek.protocol.records import RecordInput, build_batch, decode_records, iter_batches
 
@@ -83,12 +84,24 @@ def _text(data: bytes | None) -> str:
 
 
 def read_partition(
-    lg: Log, partition: int, start: int, limit: int, filt: Filter | None = None, *, max_scan_bytes: int = MAX_SCAN_BYTES
+    lg: Log,
+    partition: int,
+    start: int,
+    limit: int,
+    filt: Filter | None = None,
+    *,
+    committed: bool = False,
+    max_scan_bytes: int = MAX_SCAN_BYTES,
 ) -> Page:
-    """Up to ``limit`` records of ``lg`` from ``start`` (clamped into the log) below its high watermark. Blocking."""
-    end = lg.high_watermark
+    """Up to ``limit`` records of ``lg`` from ``start`` (clamped into the log) below its high watermark, or with
+    ``committed`` what a read_committed consumer gets: below the last stable offset, aborted transactions'
+    records left out (the consumer's rule: a producer's transactional batches are skipped from the first offset
+    of its aborted transaction to its marker). Blocking."""
+    end = lg.last_stable_offset if committed else lg.high_watermark
     offset = min(max(start, lg.log_start_offset), end)
     page = Page(next_offset=offset, end_offset=end)
+    pending = sorted(lg.aborted_transactions(offset, end), key=lambda a: a[1]) if committed else []
+    aborting: set[int] = set()
     scanned = 0
     filt = None if filt is None or filt.empty else filt
     while offset < end and len(page.messages) < limit:
@@ -104,7 +117,12 @@ def read_partition(
         progressed = offset
         for pos, header in iter_batches(data, allow_partial_tail=True):
             progressed = header.next_offset
+            while pending and pending[0][1] <= header.last_offset:
+                aborting.add(pending.pop(0)[0])
             if header.attributes & CONTROL_BIT:
+                aborting.discard(header.producer_id)  # its marker ends the aborted transaction
+                continue
+            if header.attributes & TRANSACTIONAL_BIT and header.producer_id in aborting:
                 continue
             for r in decode_records(view[pos : pos + header.size]):
                 if r.offset < offset or r.offset >= end:

@@ -170,7 +170,8 @@ async def messages_page(request: web.Request) -> web.Response:
         if partition is not None and not 0 <= partition < topic.partitions:
             raise ConsoleError(f"topic '{name}' has no partition {partition}")
         logs = {p: part.log for p in wanted if (part := b.replicas.get(name, p)) is not None}
-        page_messages, next_offsets, stopped = await _read_messages(logs, offset, ts, limit, filt)
+        committed = q.get("isolation") == "read_committed"
+        page_messages, next_offsets, stopped = await _read_messages(logs, offset, ts, limit, filt, committed)
     except (ConsoleError, KafkaError) as e:
         error = e.message
     return render(
@@ -190,7 +191,7 @@ async def messages_page(request: web.Request) -> web.Response:
 
 
 async def _read_messages(
-    logs: dict[int, Any], offset: int | None, ts: int | None, limit: int, filt: messages.Filter
+    logs: dict[int, Any], offset: int | None, ts: int | None, limit: int, filt: messages.Filter, committed: bool
 ) -> tuple[list[messages.Message], dict[int, int], bool]:
     """The first ``limit`` records over ``logs`` (by timestamp across partitions, offset within one), each partition
     read from ``offset``, the first record at ``ts``, or its start; and where each partition's next page starts."""
@@ -206,7 +207,7 @@ async def _read_messages(
                 start = offset if offset >= 0 else max(lg.high_watermark + offset, lg.log_start_offset)
             else:
                 start = lg.log_start_offset
-            page = messages.read_partition(lg, p, start, limit, filt)
+            page = messages.read_partition(lg, p, start, limit, filt, committed=committed)
             out += page.messages
             nexts[p] = page.next_offset
             stopped |= page.stopped_early

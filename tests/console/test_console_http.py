@@ -451,3 +451,30 @@ def test_group_list_is_paginated_and_filtered(console: ConsoleServer) -> None:
     assert "page 1 of 2" in body
     assert _rows(console.get("/groups?q=paged-&page=2")[1], "data-group") == [f"paged-{i:02d}" for i in range(50, 55)]
     assert _rows(console.get("/groups?q=paged-3")[1], "data-group") == [f"paged-3{i}" for i in range(10)]
+
+
+def test_read_committed_browsing_leaves_out_aborted_and_open_transactions(console: ConsoleServer) -> None:
+    _create(console, "isolated", 1)
+    p = Producer({"bootstrap.servers": console.bootstrap, "transactional.id": "tx-isolated"})
+    p.init_transactions(30)
+    for values, commit in (([b"c1", b"c2"], True), ([b"a1", b"a2"], False), ([b"c3"], True), ([b"open"], None)):
+        p.begin_transaction()
+        for v in values:
+            p.produce("isolated", value=v, partition=0)
+        p.flush(30)
+        if commit is True:
+            p.commit_transaction(30)
+        elif commit is False:
+            p.abort_transaction(30)
+
+    def values(query: str) -> list[str]:
+        body = console.get(f"/topics/isolated/messages?partition=0{query}")[1]
+        return re.findall(r'<td class="value"><pre>([^<]*)</pre>', body)
+
+    try:
+        assert values("") == ["c1", "c2", "a1", "a2", "c3", "open"]
+        assert values("&isolation=read_committed") == ["c1", "c2", "c3"]
+        assert values("&isolation=read_committed&offset=3") == ["c3"]  # a1, a2 (offsets 3, 4) were aborted
+    finally:
+        p.abort_transaction(30)
+    assert values("&isolation=read_committed") == ["c1", "c2", "c3"]
