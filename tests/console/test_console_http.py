@@ -478,3 +478,21 @@ def test_read_committed_browsing_leaves_out_aborted_and_open_transactions(consol
     finally:
         p.abort_transaction(30)
     assert values("&isolation=read_committed") == ["c1", "c2", "c3"]
+
+
+def test_stopping_the_console_ends_open_tails_at_once(tmp_path: Any) -> None:
+    server = ConsoleServer(tmp_path, {"num.partitions": "1"})
+    try:
+        server.on_loop(lambda: server.broker.create_topic("followed", 1))
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        conn.request("GET", "/api/topics/followed/tail")
+        r = conn.getresponse()
+        assert r.readline().startswith(b": tailing")
+        started = time.monotonic()
+        assert server.runner is not None
+        server.run(server.runner.cleanup())
+        server.runner = None
+        assert time.monotonic() - started < 1.5  # not the 10 s keepalive, nor the 2 s shutdown timeout
+        conn.close()
+    finally:
+        server.close()
