@@ -9,7 +9,8 @@ handlers call; nothing in the broker imports it.
 Modules: ``cluster_view`` (brokers, partitions, health), ``topics`` (list, detail, create/delete/configs),
 ``messages`` (browsing and producing records), ``tail`` (live tail over server-sent events), ``groups`` (members,
 lag, offset reset), ``lag_history`` (lag samples for the chart), ``admin`` (transactions, producers, quotas,
-ACLs), ``routes`` (the HTTP handlers and templates). Design notes: ``docs/console.md``.
+ACLs), ``access`` (the ACLs each page and action needs), ``routes`` (the HTTP handlers and templates). Design
+notes: ``docs/console.md``.
 
 Invariants:
 - nothing blocks the event loop: pages read in-memory state; log reads run in worker threads;

@@ -17,11 +17,13 @@ date-time reads logs (``offset_for_timestamp``, run in a worker thread).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from odradek.cli._client import CliError
 from odradek.cli.groups_reset import Plan, Target, plan_offsets
+from odradek.console.access import AccessDenied
 from odradek.console.errors import ConsoleError
 from odradek.console.messages import offset_for_timestamp, parse_time
 from odradek.coordinator.group.consumer_protocol import ConsumerProtocolError, decode_assignment
@@ -115,10 +117,18 @@ class GroupList:
 PAGE_SIZE = 50
 
 
-def list_groups(b: Broker, query: str = "", page: int = 1, *, page_size: int = PAGE_SIZE) -> GroupList:
-    """A page of the groups whose id contains ``query``, sorted by id; lag is computed for the shown ones only."""
+def list_groups(
+    b: Broker,
+    query: str = "",
+    page: int = 1,
+    *,
+    page_size: int = PAGE_SIZE,
+    visible: Callable[[str], bool] | None = None,
+) -> GroupList:
+    """A page of the groups whose id contains ``query`` (and that ``visible`` lets through), sorted by id; lag is
+    computed for the shown ones only."""
     coord = b.groups.view()
-    listed = [g for g in coord.list_groups() if query in g["group_id"]]
+    listed = [g for g in coord.list_groups() if query in g["group_id"] and (visible is None or visible(g["group_id"]))]
     pages = max((len(listed) + page_size - 1) // page_size, 1)
     page = min(max(page, 1), pages)
     out = []
@@ -213,10 +223,18 @@ def _target(mode: str, value: str | None) -> Target:
 
 
 async def reset_offsets(
-    b: Broker, group_id: str, topic: str | None, mode: str, value: str | None, *, execute: bool
+    b: Broker,
+    group_id: str,
+    topic: str | None,
+    mode: str,
+    value: str | None,
+    *,
+    execute: bool,
+    may_commit: Callable[[str], bool] | None = None,
 ) -> ResetResult:
     """Plan a reset of ``group_id``'s offsets (every partition of ``topic``, else every committed one) and, with
-    ``execute``, commit it. Raises ``ConsoleError``."""
+    ``execute``, commit it; ``may_commit(topic)`` False refuses the whole reset (``AccessDenied``) before anything
+    is committed. Raises ``ConsoleError``."""
     coord = b.groups.view()
     group = coord.groups.get(group_id)
     if group is not None and not group.is_(GroupState.EMPTY, GroupState.DEAD):
@@ -248,6 +266,9 @@ async def reset_offsets(
     result = ResetResult(plan, execute)
     if not execute:
         return result
+    refused = sorted({t for t, _ in plan.offsets if may_commit is not None and not may_commit(t)})
+    if refused:
+        raise AccessDenied(f"may not commit offsets of topic(s) {', '.join(refused)} (READ on the topic)")
     offsets = [(t, p, off, -1, "") for (t, p), off in plan.offsets.items()]
     registry = b.registry
 

@@ -26,10 +26,12 @@ from urllib.parse import quote, urlencode, urlparse
 import jinja2
 from aiohttp import web
 
-from odradek.console import admin, cluster_view, groups, messages, tail, topics
+from odradek.console import access, admin, cluster_view, groups, messages, tail, topics
+from odradek.console.access import AccessDenied
 from odradek.console.errors import ConsoleError
 from odradek.console.lag_history import LagHistory, chart_svg
 from odradek.protocol.errors import KafkaError
+from odradek.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from odradek.broker.broker import Broker
@@ -100,8 +102,29 @@ def _int(value: str | None, what: str, default: int | None = None) -> int | None
 # -- pages ------------------------------------------------------------------------------------------------
 
 
+def _page_denied(e: AccessDenied) -> web.HTTPForbidden:
+    return web.HTTPForbidden(text=e.message)
+
+
+def _require_page(
+    request: web.Request, b: Broker, operation: AclOperation, resource_type: ResourceType, name: str
+) -> None:
+    try:
+        access.require(request, b, operation, resource_type, name)
+    except AccessDenied as e:
+        raise _page_denied(e) from None
+
+
+def _require_cluster_page(request: web.Request, b: Broker) -> None:
+    try:
+        access.require_cluster(request, b, AclOperation.DESCRIBE)
+    except AccessDenied as e:
+        raise _page_denied(e) from None
+
+
 async def overview(request: web.Request) -> web.Response:
     b = _broker(request)
+    _require_cluster_page(request, b)
     return render(
         request,
         "overview.html",
@@ -120,7 +143,13 @@ async def topics_page(request: web.Request) -> web.Response:
     b = _broker(request)
     q = request.query.get("q", "")
     internal = request.query.get("internal", "1") != "0"
-    listing = topics.list_topics(b, q, _int(request.query.get("page"), "page", 1) or 1, internal=internal)
+    listing = topics.list_topics(
+        b,
+        q,
+        _int(request.query.get("page"), "page", 1) or 1,
+        internal=internal,
+        visible=lambda name: access.allowed(request, b, AclOperation.DESCRIBE, ResourceType.TOPIC, name),
+    )
     return render(
         request,
         "topics.html",
@@ -135,6 +164,7 @@ async def topics_page(request: web.Request) -> web.Response:
 async def topic_page(request: web.Request) -> web.Response:
     b = _broker(request)
     name = request.match_info["name"]
+    _require_page(request, b, AclOperation.DESCRIBE, ResourceType.TOPIC, name)
     topic = b.registry.get(name)
     if topic is None:
         raise web.HTTPNotFound(text=f"topic '{name}' does not exist")
@@ -151,6 +181,7 @@ async def topic_page(request: web.Request) -> web.Response:
 async def messages_page(request: web.Request) -> web.Response:
     b = _broker(request)
     name = request.match_info["name"]
+    _require_page(request, b, AclOperation.READ, ResourceType.TOPIC, name)
     topic = b.registry.get(name)
     if topic is None:
         raise web.HTTPNotFound(text=f"topic '{name}' does not exist")
@@ -228,7 +259,13 @@ async def _read_messages(
 
 async def groups_page(request: web.Request) -> web.Response:
     q = request.query.get("q", "")
-    listing = groups.list_groups(_broker(request), q, _int(request.query.get("page"), "page", 1) or 1)
+    b = _broker(request)
+    listing = groups.list_groups(
+        b,
+        q,
+        _int(request.query.get("page"), "page", 1) or 1,
+        visible=lambda g: access.allowed(request, b, AclOperation.DESCRIBE, ResourceType.GROUP, g),
+    )
     return render(request, "groups.html", listing=listing, q=q)
 
 
@@ -241,6 +278,7 @@ async def group_page(
 ) -> web.Response:
     b = _broker(request)
     group_id = request.match_info["group"]
+    _require_page(request, b, AclOperation.DESCRIBE, ResourceType.GROUP, group_id)
     detail = groups.describe(b, group_id)
     if detail is None:
         raise web.HTTPNotFound(text=f"group '{group_id}' is not known to this broker's group coordinator")
@@ -263,6 +301,7 @@ async def group_page(
 
 async def transactions_page(request: web.Request) -> web.Response:
     b = _broker(request)
+    _require_cluster_page(request, b)
     return render(
         request,
         "transactions.html",
@@ -276,6 +315,7 @@ async def transactions_page(request: web.Request) -> web.Response:
 
 async def security_page(request: web.Request) -> web.Response:
     b = _broker(request)
+    _require_cluster_page(request, b)
     acls = admin.acls(b)
     return render(
         request,
@@ -317,9 +357,9 @@ def _done(request: web.Request, back: str, notice: str, **data: Any) -> web.Resp
     raise web.HTTPSeeOther(f"{back}?{urlencode({'notice': notice})}")
 
 
-def _failed(request: web.Request, back: str, message: str) -> web.Response:
+def _failed(request: web.Request, back: str, message: str, status: int = 400) -> web.Response:
     if _wants_json(request):
-        return web.json_response({"ok": False, "error": message}, status=400)
+        return web.json_response({"ok": False, "error": message}, status=status)
     raise web.HTTPSeeOther(f"{back}?{urlencode({'error': message})}")
 
 
@@ -334,7 +374,7 @@ def action(fn: Action, back: Callable[[web.Request], str]) -> Callable[[web.Requ
             form = await _form(request)
             where, notice, data = await fn(request, _broker(request), form)
         except (ConsoleError, KafkaError) as e:
-            return _failed(request, back(request), e.message)
+            return _failed(request, back(request), e.message, 403 if isinstance(e, AccessDenied) else 400)
         return _done(request, where, notice, **data)
 
     return handler
@@ -346,6 +386,7 @@ def _topic_path(request: web.Request) -> str:
 
 async def create_topic(request: web.Request, b: Broker, form: dict[str, str]) -> tuple[str, str, dict[str, Any]]:
     name = form.get("name", "").strip()
+    access.require_create(request, b, name)
     await topics.create(
         b,
         name,
@@ -358,6 +399,7 @@ async def create_topic(request: web.Request, b: Broker, form: dict[str, str]) ->
 
 async def delete_topic(request: web.Request, b: Broker, form: dict[str, str]) -> tuple[str, str, dict[str, Any]]:
     name = request.match_info["name"]
+    access.require(request, b, AclOperation.DELETE, ResourceType.TOPIC, name)
     if form.get("confirm", "") != name:
         raise ConsoleError(f"type the topic's name ({name}) to confirm its deletion")
     await topics.delete(b, name)
@@ -366,6 +408,7 @@ async def delete_topic(request: web.Request, b: Broker, form: dict[str, str]) ->
 
 async def alter_configs(request: web.Request, b: Broker, form: dict[str, str]) -> tuple[str, str, dict[str, Any]]:
     name = request.match_info["name"]
+    access.require(request, b, AclOperation.ALTER_CONFIGS, ResourceType.TOPIC, name)
     set_configs = topics.parse_configs(form.get("set", ""))
     delete_keys = [k.strip() for k in form.get("delete", "").replace(",", "\n").splitlines() if k.strip()]
     if not set_configs and not delete_keys:
@@ -376,6 +419,7 @@ async def alter_configs(request: web.Request, b: Broker, form: dict[str, str]) -
 
 async def add_partitions(request: web.Request, b: Broker, form: dict[str, str]) -> tuple[str, str, dict[str, Any]]:
     name = request.match_info["name"]
+    access.require(request, b, AclOperation.ALTER, ResourceType.TOPIC, name)
     count = _int(form.get("count"), "partition count")
     if count is None:
         raise ConsoleError("give the new partition count")
@@ -385,6 +429,7 @@ async def add_partitions(request: web.Request, b: Broker, form: dict[str, str]) 
 
 async def produce(request: web.Request, b: Broker, form: dict[str, str]) -> tuple[str, str, dict[str, Any]]:
     name = request.match_info["name"]
+    access.require(request, b, AclOperation.WRITE, ResourceType.TOPIC, name)
     headers = []
     for line in form.get("headers", "").splitlines():
         if line.strip():
@@ -413,17 +458,24 @@ async def reset_offsets(request: web.Request) -> web.Response:
     form: dict[str, str] = {}
     try:
         form = await _form(request)
+        execute = form.get("execute") in ("1", "true", "on")
+        access.require(
+            request, b, AclOperation.READ if execute else AclOperation.DESCRIBE, ResourceType.GROUP, group_id
+        )
         result = await groups.reset_offsets(
             b,
             group_id,
             form.get("topic") or None,
             form.get("mode", ""),
             form.get("value"),
-            execute=form.get("execute") in ("1", "true", "on"),
+            execute=execute,
+            may_commit=lambda topic: access.allowed(request, b, AclOperation.READ, ResourceType.TOPIC, topic),
         )
     except (ConsoleError, KafkaError) as e:
         if _wants_json(request):
-            return web.json_response({"ok": False, "error": e.message}, status=400)
+            return web.json_response(
+                {"ok": False, "error": e.message}, status=403 if isinstance(e, AccessDenied) else 400
+            )
         return await group_page(request, error=e.message, form=form)
     if _wants_json(request):
         return web.json_response(
@@ -443,6 +495,7 @@ async def reset_offsets(request: web.Request) -> web.Response:
 async def tail_events(request: web.Request) -> web.StreamResponse:
     b = _broker(request)
     name = request.match_info["name"]
+    _require_page(request, b, AclOperation.READ, ResourceType.TOPIC, name)
     topic = b.registry.get(name)
     if topic is None:
         raise web.HTTPNotFound(text=f"topic '{name}' does not exist")

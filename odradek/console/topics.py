@@ -13,6 +13,7 @@ of the topics on that page; nothing reads a log file (sizes are the segments' in
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -92,9 +93,20 @@ def _row(b: Broker, name: str) -> TopicRow | None:
 
 
 def list_topics(
-    b: Broker, query: str = "", page: int = 1, *, internal: bool = True, page_size: int = PAGE_SIZE
+    b: Broker,
+    query: str = "",
+    page: int = 1,
+    *,
+    internal: bool = True,
+    page_size: int = PAGE_SIZE,
+    visible: Callable[[str], bool] | None = None,
 ) -> TopicList:
-    names = sorted(n for n, t in b.registry.topics.items() if (internal or not t.internal) and query in n)
+    """A page of the topics whose name contains ``query`` (and that ``visible`` lets through), sorted by name."""
+    names = sorted(
+        n
+        for n, t in b.registry.topics.items()
+        if (internal or not t.internal) and query in n and (visible is None or visible(n))
+    )
     pages = max((len(names) + page_size - 1) // page_size, 1)
     page = min(max(page, 1), pages)
     shown = names[(page - 1) * page_size : page * page_size]

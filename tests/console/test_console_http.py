@@ -496,3 +496,63 @@ def test_stopping_the_console_ends_open_tails_at_once(tmp_path: Any) -> None:
         conn.close()
     finally:
         server.close()
+
+
+def test_with_an_authorizer_the_console_needs_the_acls_kafka_apis_need(tmp_path: Any) -> None:
+    """The console's user here is ANONYMOUS (no HTTP authentication without SASL listeners)."""
+    from odradek.security.acl import (
+        AccessControlEntry,
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        PatternType,
+        ResourcePattern,
+        ResourceType,
+    )
+
+    server = ConsoleServer(tmp_path, {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"})
+    try:
+        for name in ("open-a", "open-b", "secret"):
+            server.on_loop(lambda name=name: server.broker.create_topic(name, 1))
+        store = server.broker.acl_store
+        assert store is not None
+
+        def allow(rtype: ResourceType, name: str, pattern: PatternType, *ops: AclOperation) -> list[AclBinding]:
+            return [
+                AclBinding(
+                    ResourcePattern(rtype, name, pattern),
+                    AccessControlEntry("User:ANONYMOUS", "*", op, AclPermissionType.ALLOW),
+                )
+                for op in ops
+            ]
+
+        acls = [
+            *allow(
+                ResourceType.TOPIC,
+                "open-",
+                PatternType.PREFIXED,
+                AclOperation.DESCRIBE,
+                AclOperation.READ,
+                AclOperation.WRITE,
+            ),
+            *allow(ResourceType.CLUSTER, "kafka-cluster", PatternType.LITERAL, AclOperation.DESCRIBE),
+        ]
+        assert server.run(store.create(acls)) == [None] * len(acls)
+        assert server.get("/")[0] == 200
+        status, body = server.get("/topics")
+        assert status == 200 and _rows(body, "data-topic") == ["open-a", "open-b"]
+        assert server.get("/topics/open-a")[0] == 200 and server.get("/topics/open-a/messages")[0] == 200
+        assert server.get("/topics/secret")[0] == 403
+        assert server.get("/topics/secret/messages")[0] == 403
+        assert server.get("/api/topics/secret/tail")[0] == 403
+        status, doc = server.post("/api/topics/open-a/produce", {"value": "allowed"})
+        assert status == 200 and doc["ok"]
+        status, doc = server.post("/api/topics/secret/produce", {"value": "no"})
+        assert status == 403 and doc["error"] == "User:ANONYMOUS may not WRITE topic 'secret'"
+        status, doc = server.post("/api/topics/open-a/delete", {"confirm": "open-a"})
+        assert status == 403 and server.broker.registry.get("open-a") is not None
+        assert server.post("/api/topics", {"name": "open-c"})[0] == 403
+        assert server.post("/api/topics/open-a/configs", {"set": "retention.ms=1"})[0] == 403
+        assert server.post("/api/groups/g/reset", {"mode": "to_earliest", "topic": "open-a"})[0] == 403
+    finally:
+        server.close()
