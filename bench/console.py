@@ -16,6 +16,9 @@ per page: **server** time, the handler's own time (a middleware around the conso
 ``perf_counter`` and sends it as a ``Server-Timing`` header), and **total**, from sending the request to having read
 the whole body (urllib, in this process). Figures are the median and the 95th percentile in milliseconds.
 
+Also timed: the live tail's latency, from an append on the broker's loop (``ReplicaManager.append``, as Produce
+appends) to the record's event read by a tail client, ``2 x --requests`` records one at a time.
+
 Goals (issue 17): overview and topic pages < 300 ms server time; the first 100 messages of a topic < 200 ms.
 """
 
@@ -110,6 +113,30 @@ def measure(port: int, path: str, n: int) -> tuple[list[float], list[float]]:
     return server[1:], total[1:]
 
 
+def tail_latency(kafka: InProcessBroker, port: int, topic: str, n: int) -> list[float]:
+    """Milliseconds from an append (``ReplicaManager.append`` on the broker's loop, as Produce does it) to its event
+    read by a live-tail client."""
+    from odradek.protocol.records import build_batch
+
+    conn = http.client.HTTPConnection(LOOPBACK, port, timeout=60)
+    conn.request("GET", f"/api/topics/{topic}/tail?partition=0")
+    r = conn.getresponse()
+    assert r.status == 200 and r.readline().startswith(b": tailing")
+    out = []
+    for i in range(n + 1):
+        batch = build_batch([(None, f"tail-{i}".encode())])
+        t0 = time.perf_counter()
+        kafka.on_loop(lambda batch=batch: kafka.broker.replicas.append(topic, 0, batch))
+        while not (line := r.readline()).startswith(b"data: "):
+            assert line, "the tail ended"
+        out.append((time.perf_counter() - t0) * 1000)
+        assert json.loads(line[6:])["value"] == f"tail-{i}"
+        r.readline()  # the blank line ending the event
+        time.sleep(0.01)  # the tail is waiting again
+    conn.close()
+    return out[1:]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="200 topics, 10 requests per page")
@@ -159,6 +186,12 @@ def main() -> None:
                     f"{median(total):>10.2f} {percentile(total, 95):>7.2f} {verdict}",
                     flush=True,
                 )
+            lat = tail_latency(kafka, port, "bench-0001", n * 2)
+            print(
+                f"# live tail: append -> event at the client, {len(lat)} records: p50 {median(lat):.2f} ms, "
+                f"p95 {percentile(lat, 95):.2f} ms",
+                flush=True,
+            )
             member.close()
             kafka._run(runner.cleanup())
         finally:
