@@ -1,15 +1,16 @@
 """The console's HTTP surface: server-rendered pages (GET) and actions (POST under ``/api/``).
 
 Pages are Jinja2 templates (``templates/``, autoescaped) filled from the read models of this package; the only
-JavaScript is ``static/console.js`` (the live tail and small conveniences), and every action also works as a
-plain HTML form. An action answers JSON when asked for it (``Accept: application/json``), else redirects back to
-its page (303) with a notice or error in the query string, so reloading never repeats it.
+JavaScript is ``static/console.js`` (the live tail), and every action is a plain HTML form. An action answers JSON
+when asked for it (``Accept: application/json``), else redirects back to its page (303) with a notice or error in
+the query string, so reloading never repeats it.
 
 Invariants:
 - handlers run on the broker's event loop: they read in-memory state directly, and run anything that reads log
   files (message pages, timestamp lookups) in a worker thread;
 - a POST whose ``Origin`` names another host than the request's is refused (403): a page elsewhere cannot drive
   the console through the operator's browser (cross-site request forgery);
+- with an ACL authorizer every page and action first checks the user's ACLs (``access.py``): 403 when refused;
 - user mistakes and broker refusals (``ConsoleError``, ``KafkaError``) become a message on the page or a 400 JSON
   answer, never a 500.
 """

@@ -556,3 +556,28 @@ def test_with_an_authorizer_the_console_needs_the_acls_kafka_apis_need(tmp_path:
         assert server.post("/api/groups/g/reset", {"mode": "to_earliest", "topic": "open-a"})[0] == 403
     finally:
         server.close()
+
+
+def test_group_ids_with_any_characters_have_working_links(console: ConsoleServer) -> None:
+    _create(console, "odd-ids", 1)
+    group = "team/a b?&<x>"
+    console.run(
+        console.broker.groups.call(
+            lambda c, ticket, now: c.commit(
+                ticket,
+                group_id=group,
+                generation_id=-1,
+                member_id="",
+                group_instance_id=None,
+                offsets=[("odd-ids", 0, 0, -1, "")],
+                retention_ms=-1,
+                partition_exists=lambda t, p: True,
+                now=now,
+            )
+        )
+    )
+    status, body = console.get("/groups?q=team")
+    link = re.search(r'<a href="(/groups/[^"]+)">', body)
+    assert status == 200 and link and "&lt;x&gt;" in body and "<x>" not in body
+    status, body = console.get(html.unescape(link.group(1)))
+    assert status == 200 and re.search(r'id="group-id">team/a b\?&amp;&lt;x&gt;<', body)
