@@ -17,6 +17,7 @@ add partitions                ALTER on the topic (CreatePartitions)
 produce                       WRITE on the topic (Produce)
 group page, reset dry run     DESCRIBE on the group (DescribeGroups, OffsetFetch)
 reset (execute)               READ on the group and on each topic (OffsetCommit)
+abort a hanging transaction   ALTER on the cluster (WriteTxnMarkers from an operator)
 ============================  =====================================================================
 
 Without an authorizer everything is allowed (as for Kafka requests). The overview, transactions, quotas and ACLs

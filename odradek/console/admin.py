@@ -6,6 +6,10 @@
 - Hanging transactions: Kafka's rule, the CLI's code (``cli/transactions.open_candidates`` and ``hanging``): an
   open transaction in a partition whose producer last wrote longer ago than ``transaction.max.timeout.ms``, and
   that the coordinator does not know as including that partition.
+- Aborting a hanging transaction writes an ABORT marker for the producer whose open transaction starts at the
+  given offset, with its epoch and coordinator epoch (0 if the partition has seen none), as
+  ``kafka-transactions.sh abort --start-offset`` does, through ``Broker.append_txn_marker`` (WriteTxnMarkers' path);
+  in a cluster it counts once every in-sync replica has it.
 - Quotas: ``Broker.client_quota_configs``; ACLs: the authorizer's bindings (None when no authorizer is set).
 
 Invariants: in-memory state only; the producer scan visits each local partition once per view of the
@@ -18,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from odradek.cli.transactions import OpenTransaction, hanging, open_candidates
+from odradek.console.errors import ConsoleError
 from odradek.protocol.errors import ErrorCode
 from odradek.quota.entity import describe as describe_entity
 
@@ -135,6 +140,26 @@ def hanging_transactions(b: Broker, max_timeout_ms: int | None = None) -> list[O
             None if d.error != ErrorCode.NONE else _Described([_TP(t, p) for t, ps in d.topics for p in ps])
         )
     return hanging(candidates, tids, descriptions)
+
+
+MARKER_TIMEOUT_MS = 30_000
+
+
+async def abort_transaction(b: Broker, topic: str, partition: int, start_offset: int) -> OpenProducer:
+    """End the open transaction that starts at ``start_offset`` in the partition with an ABORT marker; the producer
+    it belonged to. ``ConsoleError`` when no open transaction starts there; the partition's ``KafkaError`` if it
+    refuses the marker."""
+    part = b.replicas.leader_partition(topic, partition)
+    found = [p for p in part.log.active_producers() if p.current_txn_start_offset == start_offset]
+    if not found:
+        raise ConsoleError(f"no open transaction starts at offset {start_offset} in {topic}-{partition}")
+    p = found[0]
+    done = b.append_txn_marker(topic, partition, p.producer_id, p.producer_epoch, False, max(p.coordinator_epoch, 0))
+    if done.replicated:
+        [code] = await b.replicas.wait_replicated([(done, done.log.next_offset)], MARKER_TIMEOUT_MS)
+        if code != ErrorCode.NONE:
+            raise ConsoleError(f"the ABORT marker in {topic}-{partition} was not replicated: {ErrorCode(code).name}")
+    return OpenProducer(topic, partition, p.producer_id, p.producer_epoch, start_offset, p.last_timestamp)
 
 
 @dataclass(frozen=True, slots=True)

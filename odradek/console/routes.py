@@ -452,6 +452,22 @@ async def produce(request: web.Request, b: Broker, form: dict[str, str]) -> tupl
     )
 
 
+async def abort_transaction(request: web.Request, b: Broker, form: dict[str, str]) -> tuple[str, str, dict[str, Any]]:
+    access.require_cluster(request, b, AclOperation.ALTER)  # WriteTxnMarkers from an operator
+    topic = form.get("topic", "")
+    partition = _int(form.get("partition"), "partition")
+    start = _int(form.get("start_offset"), "start offset")
+    if partition is None or start is None:
+        raise ConsoleError("give the topic, partition and start offset of the transaction to abort")
+    p = await admin.abort_transaction(b, topic, partition, start)
+    return (
+        "/transactions",
+        f"aborted the transaction of producer {p.producer_id} (epoch {p.producer_epoch}) in {topic}-{partition} "
+        f"that started at offset {start}",
+        {"producer_id": p.producer_id, "producer_epoch": p.producer_epoch},
+    )
+
+
 async def reset_offsets(request: web.Request) -> web.Response:
     """Dry run (the default) or ``execute``: the group page with the plan, or JSON."""
     b = _broker(request)
@@ -542,5 +558,6 @@ def add_routes(app: web.Application) -> None:
     r.add_post("/api/topics/{name}/partitions", action(add_partitions, _topic_path))
     r.add_post("/api/topics/{name}/produce", action(produce, lambda rq: _topic_path(rq) + "/messages"))
     r.add_post("/api/groups/{group}/reset", reset_offsets)
+    r.add_post("/api/transactions/abort", action(abort_transaction, lambda _r: "/transactions"))
     r.add_get("/api/topics/{name}/tail", tail_events)
     r.add_static("/static/", HERE / "static", append_version=False)

@@ -373,6 +373,16 @@ def test_hanging_transaction_is_shown(console: ConsoleServer) -> None:
     )
     # the stuck transaction holds back read_committed readers; the browser shows what read_uncommitted sees
     assert 'data-offset="0"' in console.get("/topics/hung/messages")[1]
+    assert 'data-offset="0"' not in console.get("/topics/hung/messages?isolation=read_committed")[1]
+    status, doc = console.post("/api/transactions/abort", {"topic": "hung", "partition": "0", "start_offset": "1"})
+    assert status == 400 and "no open transaction starts at offset 1 in hung-0" in doc["error"]
+    status, doc = console.post("/api/transactions/abort", {"topic": "hung", "partition": "0", "start_offset": "0"})
+    assert status == 200 and doc["producer_id"] == 987_654 and doc["producer_epoch"] == 3
+    m = re.search(r'<table id="hanging">(.*?)</table>', console.get("/transactions")[1], re.S)
+    assert m and "hung-0" not in m.group(1)
+    lg = console.broker.get_log("hung", 0)
+    assert lg.last_stable_offset == lg.high_watermark == 2  # the record and its ABORT marker
+    assert _rows(console.get("/topics/hung/messages?isolation=read_committed")[1], "data-offset") == []
 
 
 def test_tail_ends_when_its_topic_is_deleted(console: ConsoleServer) -> None:
@@ -554,6 +564,8 @@ def test_with_an_authorizer_the_console_needs_the_acls_kafka_apis_need(tmp_path:
         assert server.post("/api/topics", {"name": "open-c"})[0] == 403
         assert server.post("/api/topics/open-a/configs", {"set": "retention.ms=1"})[0] == 403
         assert server.post("/api/groups/g/reset", {"mode": "to_earliest", "topic": "open-a"})[0] == 403
+        abort = {"topic": "open-a", "partition": "0", "start_offset": "0"}
+        assert server.post("/api/transactions/abort", abort)[0] == 403
     finally:
         server.close()
 
