@@ -189,6 +189,7 @@ async def messages_page(request: web.Request) -> web.Response:
     q = request.query
     fmt = q.get("format", "text") if q.get("format") in messages.FORMATS else "text"
     error = None
+    elsewhere: list[int] = []
     page_messages: list[messages.Message] = []
     next_offsets: dict[int, int] = {}
     stopped = False
@@ -202,6 +203,7 @@ async def messages_page(request: web.Request) -> web.Response:
         if partition is not None and not 0 <= partition < topic.partitions:
             raise ConsoleError(f"topic '{name}' has no partition {partition}")
         logs = {p: part.log for p in wanted if (part := b.replicas.get(name, p)) is not None}
+        elsewhere = [p for p in wanted if p not in logs]
         committed = q.get("isolation") == "read_committed"
         page_messages, next_offsets, stopped = await _read_messages(logs, offset, ts, limit, filt, committed)
     except (ConsoleError, KafkaError) as e:
@@ -217,6 +219,7 @@ async def messages_page(request: web.Request) -> web.Response:
         show=messages.show,
         next_offsets=next_offsets,
         stopped=stopped,
+        elsewhere=elsewhere,
         error=error,
         limit=MESSAGE_LIMIT,
     )

@@ -67,6 +67,14 @@ def test_cluster_overview_topic_replicas_and_health(
         rows = re.findall(r'<tr data-partition="(\d)">.*?<td>([\d, ]+)</td><td>([\d, ]*)</td>', body, re.S)
         assert [(p, sorted(r.split(", "))) for p, r, _ in rows] == [("0", ["1", "2"]), ("1", ["1", "2"])]
         assert all(sorted(isr.split(", ")) == ["1", "2"] for _, _, isr in rows)
+        # a topic with one replica per partition, spread over both brokers: records of those here only
+        status, doc = one.post("/api/topics", {"name": "spread", "partitions": "2", "replication_factor": "1"})
+        assert status == 200 and doc["ok"], doc
+        assignment = one.broker.cluster.assignments["spread"].replicas
+        on_two = [p for p, r in sorted(assignment.items()) if r == (2,)]
+        assert on_two, assignment  # the controller spreads partitions over the live brokers
+        status, body = one.get("/topics/spread/messages")
+        assert status == 200 and f"{', '.join(map(str, on_two))} of this topic" in body
         # the second broker goes away: its partitions lose a replica of their ISR, or their leader for a moment
         two.close()
         two = None  # type: ignore[assignment]
@@ -77,7 +85,9 @@ def test_cluster_overview_topic_replicas_and_health(
             return b if m and int(m.group(1)) >= 2 else None
 
         body = _wait(unhealthy, "under-replicated partitions on the overview", timeout_s=60)
-        assert re.search(r'data-k="offline">0<', body)
+        # the partitions whose only replica was there are offline
+        assert re.search(rf'data-k="offline">{len(on_two)}<', body)
+        assert "offline</span>" in one.get("/topics/spread")[1]
         assert "under-replicated</span>" in one.get("/topics/replicated")[1]
     finally:
         one.close()
