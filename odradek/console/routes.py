@@ -144,12 +144,14 @@ async def topics_page(request: web.Request) -> web.Response:
     b = _broker(request)
     q = request.query.get("q", "")
     internal = request.query.get("internal", "1") != "0"
+    unhealthy = request.query.get("unhealthy") == "1"
     listing = topics.list_topics(
         b,
         q,
         _int(request.query.get("page"), "page", 1) or 1,
         internal=internal,
         visible=lambda name: access.allowed(request, b, AclOperation.DESCRIBE, ResourceType.TOPIC, name),
+        unhealthy=unhealthy,
     )
     return render(
         request,
@@ -157,6 +159,7 @@ async def topics_page(request: web.Request) -> web.Response:
         listing=listing,
         q=q,
         internal=internal,
+        unhealthy=unhealthy,
         default_partitions=b.config.num_partitions,
         default_rf=b.config.default_replication_factor,
     )

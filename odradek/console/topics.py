@@ -34,6 +34,7 @@ from odradek.protocol.errors import UnknownTopicError
 
 if TYPE_CHECKING:
     from odradek.broker.broker import Broker
+    from odradek.cluster.metadata import Topic
 
 PAGE_SIZE = 50
 WAIT_MS = 30_000
@@ -92,6 +93,10 @@ def _row(b: Broker, name: str) -> TopicRow | None:
     )
 
 
+def _unhealthy(b: Broker, topic: Topic) -> bool:
+    return any(p.offline or p.under_replicated for p in cluster_view.partitions(b, topic))
+
+
 def list_topics(
     b: Broker,
     query: str = "",
@@ -100,13 +105,17 @@ def list_topics(
     internal: bool = True,
     page_size: int = PAGE_SIZE,
     visible: Callable[[str], bool] | None = None,
+    unhealthy: bool = False,
 ) -> TopicList:
-    """A page of the topics whose name contains ``query`` (and that ``visible`` lets through), sorted by name."""
+    """A page of the topics whose name contains ``query`` (and that ``visible`` lets through), sorted by name; with
+    ``unhealthy`` only those with an offline or under-replicated partition (in-memory state of every partition)."""
     names = sorted(
         n
         for n, t in b.registry.topics.items()
         if (internal or not t.internal) and query in n and (visible is None or visible(n))
     )
+    if unhealthy:
+        names = [n for n in names if (t := b.registry.get(n)) is not None and _unhealthy(b, t)]
     pages = max((len(names) + page_size - 1) // page_size, 1)
     page = min(max(page, 1), pages)
     shown = names[(page - 1) * page_size : page * page_size]

@@ -88,6 +88,11 @@ def test_cluster_overview_topic_replicas_and_health(
         # the partitions whose only replica was there are offline
         assert re.search(rf'data-k="offline">{len(on_two)}<', body)
         assert "offline</span>" in one.get("/topics/spread")[1]
+        assert 'href="/topics?unhealthy=1"' in body
+        status, doc = one.post("/api/topics", {"name": "healthy", "partitions": "1", "replication_factor": "1"})
+        assert status == 200 and doc["ok"], doc  # on the live broker
+        assert re.findall(r'data-topic="([^"]+)"', one.get("/topics")[1]) == ["healthy", "replicated", "spread"]
+        assert re.findall(r'data-topic="([^"]+)"', one.get("/topics?unhealthy=1")[1]) == ["replicated", "spread"]
         assert "under-replicated</span>" in one.get("/topics/replicated")[1]
     finally:
         one.close()
