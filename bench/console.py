@@ -161,6 +161,7 @@ def main() -> None:
                 ("topics", "/topics"),
                 ("topics", f"/topics?page={max(topics // 100, 1)}"),
                 ("topics", "/topics?q=bench-00"),
+                ("topics", "/topics?unhealthy=1"),
                 ("topic", f"/topics/{mid}"),
                 ("topic", "/topics/bench-0000"),
                 ("messages", "/topics/bench-0000/messages"),
