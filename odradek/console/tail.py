@@ -12,19 +12,22 @@ Invariants:
 - at most ``BATCH`` records per partition per read, so a busy topic cannot starve the loop; reads run in a
   worker thread;
 - a comment line is sent every ``KEEPALIVE_S`` without data, which is also when a closed connection is noticed;
-- the tail ends when the client goes away, the topic is deleted, the broker shuts down (``wake_all``), or the
-  console is stopped (its tasks are cancelled by the application's shutdown).
+- the tail ends when the client goes away, the topic is deleted, the broker shuts down (``wake_all``), the console
+  is stopped (its tasks are cancelled by the application's shutdown), or a read fails (a ``failure`` event says
+  why).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from odradek.console.messages import Message, read_partition, show
+from odradek.protocol.errors import KafkaError
 
 if TYPE_CHECKING:
     from odradek.broker.broker import Broker
@@ -85,4 +88,7 @@ async def stream(
                 await resp.write(b": keepalive\n\n")
     except (ConnectionResetError, ConnectionError):
         pass
+    except KafkaError as e:  # the log went away under the tail (an offline directory, a corrupt batch): say so, end
+        with contextlib.suppress(ConnectionError):
+            await resp.write(b"event: failure\ndata: " + json.dumps({"error": e.message}).encode() + b"\n\n")
     return resp

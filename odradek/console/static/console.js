@@ -20,6 +20,10 @@ function startTail(button) {
   const limit = 500;
   source.onopen = () => { status.textContent = "following"; };
   source.onerror = () => { status.textContent = "reconnecting…"; };
+  source.addEventListener("failure", (e) => {
+    source.close();
+    status.textContent = "stopped: " + JSON.parse(e.data).error;
+  });
   source.onmessage = (e) => {
     const m = JSON.parse(e.data);
     const tr = document.createElement("tr");
