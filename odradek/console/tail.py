@@ -65,23 +65,20 @@ async def stream(
     keys = [(topic, p) for p in positions]
     try:
         while not b.shutting_down and b.registry.get(topic) is not None:
-            sent = False
+            progressed = False
             for p, offset in list(positions.items()):
                 part = b.replicas.get(topic, p)
                 if part is None or part.log.high_watermark <= offset:
                     continue
                 page = await asyncio.to_thread(read_partition, part.log, p, offset, BATCH)
+                progressed |= page.next_offset > offset
                 positions[p] = page.next_offset
                 if page.messages:
                     await resp.write(b"".join(event(m, fmt) for m in page.messages))
-                    sent = True
-            if sent:
-                continue
-            if any(
-                (part := b.replicas.get(topic, p)) is not None and part.log.high_watermark > offset
-                for p, offset in positions.items()
-            ):
-                continue  # appended while the last write was going out
+            if progressed:
+                continue  # read again: more may have come while reading and writing
+            # nothing new: each high watermark was looked at with no await since (reads that made no progress
+            # aside), so any append from here on notifies the wait below
             waited = asyncio.get_running_loop().time()
             await b.wait_for_data(keys, int(KEEPALIVE_S * 1000))  # registered before any other await
             if asyncio.get_running_loop().time() - waited >= KEEPALIVE_S * 0.99:
