@@ -3,8 +3,9 @@
 It is woken by the broker's own notification, the one that wakes long-poll Fetch requests
 (``Broker.wait_for_data``, signalled by ``Broker.notify`` on every append and transaction marker): it never
 polls. The loop reads what is new in each followed partition (from where the tail started: the high watermark,
-or given offsets), sends it, and waits on the notification only once nothing is left to read; the check and the
-wait's registration happen with no ``await`` in between, so an append cannot slip through unseen.
+or given offsets), sends it, reads again while that made progress, and waits on the notification only once
+nothing is left to read; that check and the wait's registration happen with no ``await`` in between, so an append
+cannot slip through unseen.
 
 Invariants:
 - one event per record (``data:`` a JSON object: partition, offset, timestamp, key, value, headers, shown in
