@@ -1,0 +1,203 @@
+"""Transactions, producers, client quotas and ACLs as the console lists them (read-only views).
+
+- Transactions: the transaction coordinator's ids (``broker.txns.view()``: ListTransactions and
+  DescribeTransactions' data), and the producers with an open transaction in the partitions this broker leads
+  (``Log.active_producers``: DescribeProducers' data).
+- Hanging transactions: Kafka's rule, the CLI's code (``cli/transactions.open_candidates`` and ``hanging``): an
+  open transaction in a partition whose producer last wrote longer ago than ``transaction.max.timeout.ms``, and
+  that the coordinator does not know as including that partition.
+- Aborting a hanging transaction writes an ABORT marker for the producer whose open transaction starts at the
+  given offset, with its epoch and coordinator epoch (0 if the partition has seen none), as
+  ``kafka-transactions.sh abort --start-offset`` does, through ``Broker.append_txn_marker`` (WriteTxnMarkers' path);
+  in a cluster it counts once every in-sync replica has it.
+- Quotas: ``Broker.client_quota_configs``; ACLs: the authorizer's bindings (None when no authorizer is set).
+
+Invariants: in-memory state only; the producer scan visits each local partition once per view of the
+transactions page (no disk reads).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from odradek.cli.transactions import OpenTransaction, hanging, open_candidates
+from odradek.console.errors import ConsoleError
+from odradek.protocol.errors import ErrorCode
+from odradek.quota.entity import describe as describe_entity
+
+if TYPE_CHECKING:
+    from odradek.broker.broker import Broker
+
+
+@dataclass(frozen=True, slots=True)
+class TxnRow:
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    state: str
+    timeout_ms: int
+    start_ms: int
+    partitions: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OpenProducer:
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    start_offset: int
+    last_timestamp: int
+
+
+class _TP(NamedTuple):
+    topic: str
+    partition: int
+
+
+class _State(NamedTuple):  # the fields of kafka-python's ProducerState that open_candidates reads
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    current_transaction_start_offset: int
+    last_timestamp: int
+
+
+class _Described(NamedTuple):
+    topic_partitions: list[_TP]
+
+
+def transactions(b: Broker) -> list[TxnRow]:
+    coord = b.txns.view()
+    listed = coord.list_transactions(now=b.clock.milliseconds())
+    if listed.error != ErrorCode.NONE:
+        return []
+    ids = [t.transactional_id for t in listed.transactions]
+    rows = []
+    for d in coord.describe(ids):
+        if d.error != ErrorCode.NONE:
+            continue
+        rows.append(
+            TxnRow(
+                d.transactional_id,
+                d.producer_id,
+                d.producer_epoch,
+                d.state,
+                d.timeout_ms,
+                d.start_ms,
+                tuple((t, p) for t, ps in d.topics for p in ps),
+            )
+        )
+    return rows
+
+
+def open_producers(b: Broker) -> list[OpenProducer]:
+    """Producers with an open transaction in a partition this broker leads."""
+    out = []
+    for part in b.replicas.partitions():
+        if not part.is_leader:
+            continue
+        for p in part.log.active_producers():
+            if p.current_txn_start_offset >= 0:
+                out.append(
+                    OpenProducer(
+                        part.topic,
+                        part.index,
+                        p.producer_id,
+                        p.producer_epoch,
+                        p.current_txn_start_offset,
+                        p.last_timestamp,
+                    )
+                )
+    return sorted(out, key=lambda o: (o.topic, o.partition, o.producer_id))
+
+
+def hanging_transactions(b: Broker, max_timeout_ms: int | None = None) -> list[OpenTransaction]:
+    """Open transactions no coordinator will end (Kafka's find-hanging rule), in partitions led here."""
+    timeout = b.config.values["transaction.max.timeout.ms"] if max_timeout_ms is None else max_timeout_ms
+    states: dict[Any, list[Any]] = {}
+    for part in b.replicas.partitions():
+        if part.is_leader:
+            producers = [
+                _State(
+                    p.producer_id, p.producer_epoch, p.coordinator_epoch, p.current_txn_start_offset, p.last_timestamp
+                )
+                for p in part.log.active_producers()
+            ]
+            if producers:
+                states[_TP(part.topic, part.index)] = producers
+    candidates = open_candidates(states, now_ms=b.clock.milliseconds(), max_timeout_ms=int(timeout))
+    if not candidates:
+        return []
+    pids = {c.producer_id for c in candidates}
+    coord = b.txns.view()
+    listed = coord.list_transactions(producer_id_filter=sorted(pids), now=b.clock.milliseconds())
+    tids = {t.producer_id: t.transactional_id for t in listed.transactions}
+    descriptions: dict[str, Any] = {}
+    for d in coord.describe(sorted(set(tids.values()))):
+        descriptions[d.transactional_id] = (
+            None if d.error != ErrorCode.NONE else _Described([_TP(t, p) for t, ps in d.topics for p in ps])
+        )
+    return hanging(candidates, tids, descriptions)
+
+
+MARKER_TIMEOUT_MS = 30_000
+
+
+async def abort_transaction(b: Broker, topic: str, partition: int, start_offset: int) -> OpenProducer:
+    """End the open transaction that starts at ``start_offset`` in the partition with an ABORT marker; the producer
+    it belonged to. ``ConsoleError`` when no open transaction starts there; the partition's ``KafkaError`` if it
+    refuses the marker."""
+    part = b.replicas.leader_partition(topic, partition)
+    found = [p for p in part.log.active_producers() if p.current_txn_start_offset == start_offset]
+    if not found:
+        raise ConsoleError(f"no open transaction starts at offset {start_offset} in {topic}-{partition}")
+    p = found[0]
+    done = b.append_txn_marker(topic, partition, p.producer_id, p.producer_epoch, False, max(p.coordinator_epoch, 0))
+    if done.replicated:
+        [code] = await b.replicas.wait_replicated([(done, done.log.next_offset)], MARKER_TIMEOUT_MS)
+        if code != ErrorCode.NONE:
+            raise ConsoleError(f"the ABORT marker in {topic}-{partition} was not replicated: {ErrorCode(code).name}")
+    return OpenProducer(topic, partition, p.producer_id, p.producer_epoch, start_offset, p.last_timestamp)
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaRow:
+    entity: str
+    configs: tuple[tuple[str, str], ...]
+
+
+def quotas(b: Broker) -> list[QuotaRow]:
+    rows = [QuotaRow(describe_entity(e), tuple(sorted(c.items()))) for e, c in b.client_quota_configs().items()]
+    return sorted(rows, key=lambda r: r.entity)
+
+
+@dataclass(frozen=True, slots=True)
+class AclRow:
+    resource_type: str
+    name: str
+    pattern_type: str
+    principal: str
+    host: str
+    operation: str
+    permission: str
+
+
+def acls(b: Broker) -> list[AclRow] | None:
+    """Every ACL binding, or None when the broker has no authorizer."""
+    if b.authorizer is None:
+        return None
+    rows = [
+        AclRow(
+            x.pattern.resource_type.name,
+            x.pattern.name,
+            x.pattern.pattern_type.name,
+            x.entry.principal,
+            x.entry.host,
+            x.entry.operation.name,
+            x.entry.permission.name,
+        )
+        for x in b.authorizer.acls()
+    ]
+    return sorted(rows, key=lambda r: (r.resource_type, r.name, r.principal, r.operation))

@@ -1,0 +1,569 @@
+"""The console's HTTP surface: server-rendered pages (GET) and actions (POST under ``/api/``).
+
+Pages are Jinja2 templates (``templates/``, autoescaped) filled from the read models of this package; the only
+JavaScript is ``static/console.js`` (the live tail), and every action is a plain HTML form. An action answers JSON
+when asked for it (``Accept: application/json``), else redirects back to its page (303) with a notice or error in
+the query string, so reloading never repeats it.
+
+Invariants:
+- handlers run on the broker's event loop: they read in-memory state directly, and run anything that reads log
+  files (message pages, timestamp lookups) in a worker thread;
+- a POST whose ``Origin`` names another host than the request's is refused (403): a page elsewhere cannot drive
+  the console through the operator's browser (cross-site request forgery);
+- with an ACL authorizer every page and action first checks the user's ACLs (``access.py``): 403 when refused;
+- user mistakes and broker refusals (``ConsoleError``, ``KafkaError``) become a message on the page or a 400 JSON
+  answer, never a 500.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlencode, urlparse
+
+import jinja2
+from aiohttp import web
+
+from odradek.console import access, admin, cluster_view, groups, messages, tail, topics
+from odradek.console.access import AccessDenied
+from odradek.console.errors import ConsoleError
+from odradek.console.lag_history import LagHistory, chart_svg
+from odradek.protocol.errors import KafkaError
+from odradek.security.acl import AclOperation, ResourceType
+
+if TYPE_CHECKING:
+    from odradek.broker.broker import Broker
+
+HERE = Path(__file__).parent
+BROKER: web.AppKey[Broker] = web.AppKey("console_broker")
+HISTORY: web.AppKey[LagHistory] = web.AppKey("console_lag_history")
+TAILS: web.AppKey[set[asyncio.Task[Any]]] = web.AppKey("console_tails")
+MESSAGE_LIMIT = 100
+MAX_MESSAGE_LIMIT = 1000
+MAX_ROWS = 500  # rows of a list that is not paginated (transactions, producers, quotas, ACLs)
+
+_env = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(HERE / "templates"),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+
+
+def _when(ms: int | None) -> str:
+    if ms is None or ms < 0:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ms / 1000)) + f".{ms % 1000:03d}Z"
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return str(n)
+
+
+_env.filters["when"] = _when
+_env.filters["size"] = _size
+_env.filters["dash"] = lambda v: "-" if v is None else v
+_env.filters["seg"] = lambda v: quote(str(v), safe="")  # one path segment (a group id may hold "/")
+
+
+def render(request: web.Request, template: str, **context: Any) -> web.Response:
+    html = _env.get_template(template).render(
+        notice=request.query.get("notice"),
+        error=context.pop("error", None) or request.query.get("error"),
+        path=request.path,
+        **context,
+    )
+    return web.Response(text=html, content_type="text/html")
+
+
+def _broker(request: web.Request) -> Broker:
+    return request.app[BROKER]
+
+
+def _int(value: str | None, what: str, default: int | None = None) -> int | None:
+    if value is None or value.strip() == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ConsoleError(f"{what} must be a whole number, got {value!r}") from None
+
+
+# -- pages ------------------------------------------------------------------------------------------------
+
+
+def _page_denied(e: AccessDenied) -> web.HTTPForbidden:
+    return web.HTTPForbidden(text=e.message)
+
+
+def _require_page(
+    request: web.Request, b: Broker, operation: AclOperation, resource_type: ResourceType, name: str
+) -> None:
+    try:
+        access.require(request, b, operation, resource_type, name)
+    except AccessDenied as e:
+        raise _page_denied(e) from None
+
+
+def _require_cluster_page(request: web.Request, b: Broker) -> None:
+    try:
+        access.require_cluster(request, b, AclOperation.DESCRIBE)
+    except AccessDenied as e:
+        raise _page_denied(e) from None
+
+
+async def overview(request: web.Request) -> web.Response:
+    b = _broker(request)
+    _require_cluster_page(request, b)
+    return render(
+        request,
+        "overview.html",
+        cluster_id=cluster_view.cluster_id(b),
+        controller=cluster_view.controller_id(b),
+        brokers=cluster_view.brokers(b),
+        health=cluster_view.health(b),
+        topic_count=len(b.registry.topics),
+        group_count=len(b.groups.view().list_groups()),
+        mode="cluster" if b.cluster else "single node",
+        node_id=b.node_id,
+    )
+
+
+async def topics_page(request: web.Request) -> web.Response:
+    b = _broker(request)
+    q = request.query.get("q", "")
+    internal = request.query.get("internal", "1") != "0"
+    unhealthy = request.query.get("unhealthy") == "1"
+    listing = topics.list_topics(
+        b,
+        q,
+        _int(request.query.get("page"), "page", 1) or 1,
+        internal=internal,
+        visible=lambda name: access.allowed(request, b, AclOperation.DESCRIBE, ResourceType.TOPIC, name),
+        unhealthy=unhealthy,
+    )
+    return render(
+        request,
+        "topics.html",
+        listing=listing,
+        q=q,
+        internal=internal,
+        unhealthy=unhealthy,
+        default_partitions=b.config.num_partitions,
+        default_rf=b.config.default_replication_factor,
+    )
+
+
+async def topic_page(request: web.Request) -> web.Response:
+    b = _broker(request)
+    name = request.match_info["name"]
+    _require_page(request, b, AclOperation.DESCRIBE, ResourceType.TOPIC, name)
+    topic = b.registry.get(name)
+    if topic is None:
+        raise web.HTTPNotFound(text=f"topic '{name}' does not exist")
+    return render(
+        request,
+        "topic.html",
+        topic=topic,
+        partitions=cluster_view.partitions(b, topic),
+        configs=topics.configs(b, name),
+        min_isr=cluster_view.min_isr(b, topic),
+    )
+
+
+async def messages_page(request: web.Request) -> web.Response:
+    b = _broker(request)
+    name = request.match_info["name"]
+    _require_page(request, b, AclOperation.READ, ResourceType.TOPIC, name)
+    topic = b.registry.get(name)
+    if topic is None:
+        raise web.HTTPNotFound(text=f"topic '{name}' does not exist")
+    q = request.query
+    fmt = q.get("format", "text") if q.get("format") in messages.FORMATS else "text"
+    error = None
+    elsewhere: list[int] = []
+    page_messages: list[messages.Message] = []
+    next_offsets: dict[int, int] = {}
+    stopped = False
+    try:
+        partition = _int(q.get("partition"), "partition")
+        limit = min(_int(q.get("limit"), "limit", MESSAGE_LIMIT) or MESSAGE_LIMIT, MAX_MESSAGE_LIMIT)
+        offset = _int(q.get("offset"), "offset")
+        ts = messages.parse_time(q["timestamp"]) if q.get("timestamp", "").strip() else None
+        filt = messages.Filter(q.get("key") or None, q.get("value") or None, q.get("header") or None)
+        wanted = [partition] if partition is not None else list(range(topic.partitions))
+        if partition is not None and not 0 <= partition < topic.partitions:
+            raise ConsoleError(f"topic '{name}' has no partition {partition}")
+        logs = {p: part.log for p in wanted if (part := b.replicas.get(name, p)) is not None}
+        elsewhere = [p for p in wanted if p not in logs]
+        committed = q.get("isolation") == "read_committed"
+        page_messages, next_offsets, stopped = await _read_messages(logs, offset, ts, limit, filt, committed)
+    except (ConsoleError, KafkaError) as e:
+        error = e.message
+    return render(
+        request,
+        "messages.html",
+        topic=topic,
+        q=q,
+        fmt=fmt,
+        formats=messages.FORMATS,
+        messages=page_messages,
+        show=messages.show,
+        next_offsets=next_offsets,
+        stopped=stopped,
+        elsewhere=elsewhere,
+        error=error,
+        limit=MESSAGE_LIMIT,
+    )
+
+
+async def _read_messages(
+    logs: dict[int, Any], offset: int | None, ts: int | None, limit: int, filt: messages.Filter, committed: bool
+) -> tuple[list[messages.Message], dict[int, int], bool]:
+    """The first ``limit`` records over ``logs`` (by timestamp across partitions, offset within one), each partition
+    read from ``offset``, the first record at ``ts``, or its start; and where each partition's next page starts."""
+
+    def read() -> tuple[list[messages.Message], dict[int, int], bool]:
+        out: list[messages.Message] = []
+        nexts: dict[int, int] = {}
+        stopped = False
+        for p, lg in logs.items():
+            if ts is not None:
+                start = messages.offset_for_timestamp(lg, ts)
+            elif offset is not None:
+                start = offset if offset >= 0 else max(lg.high_watermark + offset, lg.log_start_offset)
+            else:
+                start = lg.log_start_offset
+            page = messages.read_partition(lg, p, start, limit, filt, committed=committed)
+            out += page.messages
+            nexts[p] = page.next_offset
+            stopped |= page.stopped_early
+        if len(logs) > 1:
+            out.sort(key=lambda m: (m.timestamp, m.partition, m.offset))
+            if len(out) > limit:
+                out = out[:limit]
+                for p in logs:  # the next page of each partition starts after what this page shows of it
+                    shown = [m.offset for m in out if m.partition == p]
+                    if shown:
+                        nexts[p] = shown[-1] + 1
+                    else:
+                        nexts.pop(p, None)
+        return out, nexts, stopped
+
+    return await asyncio.to_thread(read)
+
+
+async def groups_page(request: web.Request) -> web.Response:
+    q = request.query.get("q", "")
+    b = _broker(request)
+    listing = groups.list_groups(
+        b,
+        q,
+        _int(request.query.get("page"), "page", 1) or 1,
+        visible=lambda g: access.allowed(request, b, AclOperation.DESCRIBE, ResourceType.GROUP, g),
+    )
+    return render(request, "groups.html", listing=listing, q=q)
+
+
+async def group_page(
+    request: web.Request,
+    *,
+    reset: groups.ResetResult | None = None,
+    error: str | None = None,
+    form: dict[str, str] | None = None,
+) -> web.Response:
+    b = _broker(request)
+    group_id = request.match_info["group"]
+    _require_page(request, b, AclOperation.DESCRIBE, ResourceType.GROUP, group_id)
+    detail = groups.describe(b, group_id)
+    if detail is None:
+        raise web.HTTPNotFound(text=f"group '{group_id}' is not known to this broker's group coordinator")
+    history = request.app[HISTORY]
+    if history.due(b.clock.milliseconds()):
+        history.sample(b.clock.milliseconds(), groups.total_lags(b))
+    chart = chart_svg(history.series(group_id))
+    return render(
+        request,
+        "group.html",
+        group=detail,
+        chart=chart,
+        modes=groups.MODES,
+        reset=reset,
+        error=error,
+        topics=sorted({p.topic for p in detail.partitions}),
+        form=form or {},
+    )
+
+
+async def transactions_page(request: web.Request) -> web.Response:
+    b = _broker(request)
+    _require_cluster_page(request, b)
+    return render(
+        request,
+        "transactions.html",
+        transactions=admin.transactions(b)[:MAX_ROWS],
+        producers=admin.open_producers(b)[:MAX_ROWS],
+        hanging=admin.hanging_transactions(b)[:MAX_ROWS],
+        max_rows=MAX_ROWS,
+        now=b.clock.milliseconds(),
+    )
+
+
+async def security_page(request: web.Request) -> web.Response:
+    b = _broker(request)
+    _require_cluster_page(request, b)
+    acls = admin.acls(b)
+    return render(
+        request,
+        "security.html",
+        quotas=admin.quotas(b)[:MAX_ROWS],
+        acls=None if acls is None else acls[:MAX_ROWS],
+        max_rows=MAX_ROWS,
+    )
+
+
+# -- actions ----------------------------------------------------------------------------------------------
+
+
+def _wants_json(request: web.Request) -> bool:
+    return "application/json" in request.headers.get("Accept", "")
+
+
+def _check_origin(request: web.Request) -> None:
+    """Refuse a cross-site POST (its ``Origin`` names another host): see the module's invariants."""
+    origin = request.headers.get("Origin")
+    if origin and urlparse(origin).netloc != request.host:
+        raise web.HTTPForbidden(text="cross-site request refused: use the console's own pages")
+
+
+async def _form(request: web.Request) -> dict[str, str]:
+    _check_origin(request)
+    if request.content_type == "application/json":
+        doc = await request.json()
+        if not isinstance(doc, dict):
+            raise ConsoleError("the request body must be a JSON object")
+        return {k: v if isinstance(v, str) else ("" if v is None else str(v)) for k, v in doc.items()}
+    form = await request.post()
+    return {k: v for k, v in form.items() if isinstance(v, str)}
+
+
+def _done(request: web.Request, back: str, notice: str, **data: Any) -> web.Response:
+    if _wants_json(request):
+        return web.json_response({"ok": True, "message": notice, **data})
+    raise web.HTTPSeeOther(f"{back}?{urlencode({'notice': notice})}")
+
+
+def _failed(request: web.Request, back: str, message: str, status: int = 400) -> web.Response:
+    if _wants_json(request):
+        return web.json_response({"ok": False, "error": message}, status=status)
+    raise web.HTTPSeeOther(f"{back}?{urlencode({'error': message})}")
+
+
+Action = Callable[[web.Request, "Broker", dict[str, str]], Awaitable[tuple[str, str, dict[str, Any]]]]
+
+
+def action(fn: Action, back: Callable[[web.Request], str]) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """A POST handler: ``fn`` returns (page to go back to, notice, JSON data) or raises a refusal."""
+
+    async def handler(request: web.Request) -> web.Response:
+        try:
+            form = await _form(request)
+            where, notice, data = await fn(request, _broker(request), form)
+        except (ConsoleError, KafkaError) as e:
+            return _failed(request, back(request), e.message, 403 if isinstance(e, AccessDenied) else 400)
+        return _done(request, where, notice, **data)
+
+    return handler
+
+
+def _topic_path(request: web.Request) -> str:
+    return f"/topics/{request.match_info['name']}"
+
+
+async def create_topic(request: web.Request, b: Broker, form: dict[str, str]) -> tuple[str, str, dict[str, Any]]:
+    name = form.get("name", "").strip()
+    access.require_create(request, b, name)
+    await topics.create(
+        b,
+        name,
+        _int(form.get("partitions"), "partitions"),
+        _int(form.get("replication_factor"), "replication factor"),
+        topics.parse_configs(form.get("configs", "")),
+    )
+    return f"/topics/{name}", f"created topic {name}", {"topic": name}
+
+
+async def delete_topic(request: web.Request, b: Broker, form: dict[str, str]) -> tuple[str, str, dict[str, Any]]:
+    name = request.match_info["name"]
+    access.require(request, b, AclOperation.DELETE, ResourceType.TOPIC, name)
+    if form.get("confirm", "") != name:
+        raise ConsoleError(f"type the topic's name ({name}) to confirm its deletion")
+    await topics.delete(b, name)
+    return "/topics", f"deleted topic {name}", {"topic": name}
+
+
+async def alter_configs(request: web.Request, b: Broker, form: dict[str, str]) -> tuple[str, str, dict[str, Any]]:
+    name = request.match_info["name"]
+    access.require(request, b, AclOperation.ALTER_CONFIGS, ResourceType.TOPIC, name)
+    set_configs = topics.parse_configs(form.get("set", ""))
+    delete_keys = [k.strip() for k in form.get("delete", "").replace(",", "\n").splitlines() if k.strip()]
+    if not set_configs and not delete_keys:
+        raise ConsoleError("nothing to change: give key=value lines to set or keys to delete")
+    new = topics.alter_configs(b, name, set_configs, delete_keys)
+    return f"/topics/{name}", f"altered the configs of {name}", {"overrides": new}
+
+
+async def add_partitions(request: web.Request, b: Broker, form: dict[str, str]) -> tuple[str, str, dict[str, Any]]:
+    name = request.match_info["name"]
+    access.require(request, b, AclOperation.ALTER, ResourceType.TOPIC, name)
+    count = _int(form.get("count"), "partition count")
+    if count is None:
+        raise ConsoleError("give the new partition count")
+    await topics.add_partitions(b, name, count)
+    return f"/topics/{name}", f"{name} now has {count} partitions", {"partitions": count}
+
+
+async def produce(request: web.Request, b: Broker, form: dict[str, str]) -> tuple[str, str, dict[str, Any]]:
+    name = request.match_info["name"]
+    access.require(request, b, AclOperation.WRITE, ResourceType.TOPIC, name)
+    headers = []
+    for line in form.get("headers", "").splitlines():
+        if line.strip():
+            k, sep, v = line.partition("=")
+            headers.append((k.strip(), v.encode() if sep else None))
+    key = form.get("key", "")
+    p, offset = messages.produce(
+        b,
+        name,
+        _int(form.get("partition"), "partition"),
+        key.encode() if key != "" else None,
+        form.get("value", "").encode(),
+        tuple(headers),
+    )
+    return (
+        f"/topics/{name}/messages",
+        f"produced to partition {p} at offset {offset}",
+        {"partition": p, "offset": offset},
+    )
+
+
+async def abort_transaction(request: web.Request, b: Broker, form: dict[str, str]) -> tuple[str, str, dict[str, Any]]:
+    access.require_cluster(request, b, AclOperation.ALTER)  # WriteTxnMarkers from an operator
+    topic = form.get("topic", "")
+    partition = _int(form.get("partition"), "partition")
+    start = _int(form.get("start_offset"), "start offset")
+    if partition is None or start is None:
+        raise ConsoleError("give the topic, partition and start offset of the transaction to abort")
+    p = await admin.abort_transaction(b, topic, partition, start)
+    return (
+        "/transactions",
+        f"aborted the transaction of producer {p.producer_id} (epoch {p.producer_epoch}) in {topic}-{partition} "
+        f"that started at offset {start}",
+        {"producer_id": p.producer_id, "producer_epoch": p.producer_epoch},
+    )
+
+
+async def reset_offsets(request: web.Request) -> web.Response:
+    """Dry run (the default) or ``execute``: the group page with the plan, or JSON."""
+    b = _broker(request)
+    group_id = request.match_info["group"]
+    form: dict[str, str] = {}
+    try:
+        form = await _form(request)
+        execute = form.get("execute") in ("1", "true", "on")
+        access.require(
+            request, b, AclOperation.READ if execute else AclOperation.DESCRIBE, ResourceType.GROUP, group_id
+        )
+        result = await groups.reset_offsets(
+            b,
+            group_id,
+            form.get("topic") or None,
+            form.get("mode", ""),
+            form.get("value"),
+            execute=execute,
+            may_commit=lambda topic: access.allowed(request, b, AclOperation.READ, ResourceType.TOPIC, topic),
+        )
+    except (ConsoleError, KafkaError) as e:
+        if _wants_json(request):
+            return web.json_response(
+                {"ok": False, "error": e.message}, status=403 if isinstance(e, AccessDenied) else 400
+            )
+        return await group_page(request, error=e.message, form=form)
+    if _wants_json(request):
+        return web.json_response(
+            {
+                "ok": not result.errors,
+                "executed": result.executed,
+                "notes": result.plan.notes,
+                "offsets": [
+                    {"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(result.plan.offsets.items())
+                ],
+                "errors": {f"{t}-{p}": e for (t, p), e in result.errors.items()},
+            }
+        )
+    return await group_page(request, reset=result, form=form)
+
+
+async def tail_events(request: web.Request) -> web.StreamResponse:
+    b = _broker(request)
+    name = request.match_info["name"]
+    _require_page(request, b, AclOperation.READ, ResourceType.TOPIC, name)
+    topic = b.registry.get(name)
+    if topic is None:
+        raise web.HTTPNotFound(text=f"topic '{name}' does not exist")
+    try:
+        partition = _int(request.query.get("partition"), "partition")
+    except ConsoleError as e:
+        raise web.HTTPBadRequest(text=e.message) from None
+    fmt = request.query.get("format", "text")
+    wanted = [partition] if partition is not None else list(range(topic.partitions))
+    tails = request.app[TAILS]
+    task = asyncio.current_task()
+    assert task is not None
+    tails.add(task)
+    try:
+        return await tail.stream(request, b, name, wanted, fmt if fmt in messages.FORMATS else "text")
+    finally:
+        tails.discard(task)
+
+
+# -- wiring -----------------------------------------------------------------------------------------------
+
+
+async def _cancel_tails(app: web.Application) -> None:
+    for task in list(app[TAILS]):
+        task.cancel()
+
+
+def add_routes(app: web.Application) -> None:
+    app[TAILS] = set()
+    app.on_shutdown.append(_cancel_tails)
+    r = app.router
+    r.add_get("/", overview)
+    r.add_get("/topics", topics_page)
+    r.add_get("/topics/{name}", topic_page)
+    r.add_get("/topics/{name}/messages", messages_page)
+    r.add_get("/groups", groups_page)
+    r.add_get("/groups/{group}", group_page)
+    r.add_get("/transactions", transactions_page)
+    r.add_get("/security", security_page)
+    r.add_post("/api/topics", action(create_topic, lambda _r: "/topics"))
+    r.add_post("/api/topics/{name}/delete", action(delete_topic, _topic_path))
+    r.add_post("/api/topics/{name}/configs", action(alter_configs, _topic_path))
+    r.add_post("/api/topics/{name}/partitions", action(add_partitions, _topic_path))
+    r.add_post("/api/topics/{name}/produce", action(produce, lambda rq: _topic_path(rq) + "/messages"))
+    r.add_post("/api/groups/{group}/reset", reset_offsets)
+    r.add_post("/api/transactions/abort", action(abort_transaction, lambda _r: "/transactions"))
+    r.add_get("/api/topics/{name}/tail", tail_events)
+    r.add_static("/static/", HERE / "static", append_version=False)
