@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from odradek.storage.cleaner.key_table import KeyTable, table_get, table_put
+from odradek.storage.cleaner.key_table import KeyTable, table_get, table_put  # (table_put is inlined here)
 
 WINDOW_END, FALLBACK, STRUCTURE, NEED_SCRATCH, LISTS_FULL, MAP_DONE, MAP_FULL = range(7)
 

@@ -113,6 +113,21 @@ def _hash(buf: np.ndarray, at: int, n: int) -> np.uint64:
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _same(a: np.ndarray, i: int, b: np.ndarray, j: int, n: int) -> bool:
+    """Whether ``a[i:i+n]`` and ``b[j:j+n]`` hold the same bytes (8 at a time)."""
+    q = 0
+    while q + 8 <= n:
+        if _word(a, i + q, 8) != _word(b, j + q, 8):
+            return False
+        q += 8
+    while q < n:
+        if a[i + q] != b[j + q]:
+            return False
+        q += 1
+    return True
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _find(t: KeyTable, buf: np.ndarray, at: int, n: int, h: np.int64) -> tuple[int, int]:
     """(slot, entry) of the key ``buf[at:at+n]`` whose hash is ``h``: its entry number, or -1 with the empty slot
     that ends its probe path."""
@@ -120,20 +135,12 @@ def _find(t: KeyTable, buf: np.ndarray, at: int, n: int, h: np.int64) -> tuple[i
     i = np.int64(np.uint64(h) & np.uint64(mask))
     slots = t.slots
     entries = t.entries
-    arena = t.arena
     while True:
         e = slots[i, 1] - 1
         if e < 0:
             return i, -1
-        if slots[i, 0] == h and entries[e, KEY_LEN] == n:
-            k = entries[e, KEY_AT]
-            same = True
-            for j in range(n):
-                if arena[k + j] != buf[at + j]:
-                    same = False
-                    break
-            if same:
-                return i, e
+        if slots[i, 0] == h and entries[e, KEY_LEN] == n and _same(t.arena, entries[e, KEY_AT], buf, at, n):
+            return i, e
         i = (i + 1) & mask
 
 
@@ -155,36 +162,46 @@ def _grow(t: KeyTable) -> None:
 
 
 @njit(cache=True, nogil=True)
+def _insert(t: KeyTable, buf: np.ndarray, at: int, n: int, offset: int, h: np.int64, slot: int) -> bool:
+    """``table_put`` of a key not in the table, whose probe path ends at the empty ``slot`` (a call of its own:
+    the put of a key already there, most puts, stays a short loop)."""
+    meta = t.meta
+    cost = n + ENTRY_OVERHEAD
+    if meta[CHARGED] + cost > meta[CAPACITY] or meta[COUNT] >= meta[MAX_ENTRIES]:
+        return False
+    if 2 * (meta[COUNT] + 1) > meta[ACTIVE]:
+        _grow(t)
+        slot, _ = _find(t, buf, at, n, h)
+    e = meta[COUNT]
+    k = meta[ARENA_USED]
+    t.arena[k : k + n] = buf[at : at + n]
+    t.entries[e, OFFSET] = offset
+    t.entries[e, KEY_AT] = k
+    t.entries[e, KEY_LEN] = n
+    t.entries[e, HASH] = h
+    t.slots[slot, 0] = h
+    t.slots[slot, 1] = e + 1
+    meta[COUNT] = e + 1
+    meta[CHARGED] += cost
+    meta[ARENA_USED] = k + n
+    if offset > meta[LATEST]:
+        meta[LATEST] = offset
+    return True
+
+
+@njit(cache=True, nogil=True, inline="always")
 def table_put(t: KeyTable, buf: np.ndarray, at: int, n: int, offset: int) -> bool:
     """Map the key ``buf[at:at+n]`` to ``offset``; False (nothing changed) if it is new and does not fit."""
-    meta = t.meta
     h = np.int64(_hash(buf, at, n))
     slot, e = _find(t, buf, at, n, h)
     if e < 0:
-        cost = n + ENTRY_OVERHEAD
-        if meta[CHARGED] + cost > meta[CAPACITY] or meta[COUNT] >= meta[MAX_ENTRIES]:
-            return False
-        if 2 * (meta[COUNT] + 1) > meta[ACTIVE]:
-            _grow(t)
-            slot, e = _find(t, buf, at, n, h)
-        e = meta[COUNT]
-        k = meta[ARENA_USED]
-        t.arena[k : k + n] = buf[at : at + n]
-        t.entries[e, OFFSET] = offset
-        t.entries[e, KEY_AT] = k
-        t.entries[e, KEY_LEN] = n
-        t.entries[e, HASH] = h
-        t.slots[slot, 0] = h
-        t.slots[slot, 1] = e + 1
-        meta[COUNT] = e + 1
-        meta[CHARGED] += cost
-        meta[ARENA_USED] = k + n
-    elif t.entries[e, OFFSET] >= offset:
-        return True
-    else:
-        t.entries[e, OFFSET] = offset
-    if offset > meta[LATEST]:
-        meta[LATEST] = offset
+        return _insert(t, buf, at, n, offset, h, slot)
+    entries = t.entries
+    if entries[e, OFFSET] < offset:
+        entries[e, OFFSET] = offset
+        meta = t.meta
+        if offset > meta[LATEST]:
+            meta[LATEST] = offset
     return True
 
 
