@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from odradek.broker.broker import Broker
 
 BROKER: web.AppKey[Broker] = web.AppKey("odradek.broker")
-USER: str = "odradek.user"  # request key: the authenticated user (security on)
+# request key: the authenticated user when security is on (the console may show it); web.RequestKey from aiohttp 3.12
+USER: Any = web.RequestKey("odradek.user", str) if hasattr(web, "RequestKey") else "odradek.user"
 _GZIP_AT = 16 * 1024  # bodies at least this long go gzip'ed to clients that accept it (Prometheus does)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
