@@ -19,7 +19,10 @@ a snapshot is consistent per object (read in one loop step), not across the whol
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
+import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -35,6 +38,8 @@ if TYPE_CHECKING:
     from odradek.broker.broker import Broker
 
 _CHUNK = 2000  # partitions copied per loop step
+_RENDERING = threading.Lock()
+_SWITCH_INTERVAL_S = 0.0005
 _LE = (*(repr(b) for b in BOUNDS), "+Inf")
 
 
@@ -182,8 +187,24 @@ async def snapshot(broker: Broker) -> Snapshot:
 
 
 def render(snap: Snapshot) -> bytes:
-    """Prometheus' text format (0.0.4) of a snapshot; for a worker thread."""
-    return generate_latest(SnapshotCollector(snap))  # type: ignore[arg-type]
+    """Prometheus' text format (0.0.4) of a snapshot; for a worker thread.
+
+    The cyclic garbage collector is off meanwhile (one render at a time): formatting makes a short-lived object per
+    sample, and the full collections they would trigger scan the whole broker's heap while holding the GIL, which
+    stalled the event loop for ~100 ms per scrape of 6,000 partitions (they are freed by reference counting
+    anyway). The interpreter's switch interval is shortened meanwhile too, so that the event loop waits at most
+    ``_SWITCH_INTERVAL_S`` (not 5 ms) for the GIL whenever it has work."""
+    with _RENDERING:
+        enabled = gc.isenabled()
+        interval = sys.getswitchinterval()
+        gc.disable()
+        sys.setswitchinterval(_SWITCH_INTERVAL_S)
+        try:
+            return generate_latest(SnapshotCollector(snap))  # type: ignore[arg-type]
+        finally:
+            sys.setswitchinterval(interval)
+            if enabled:
+                gc.enable()
 
 
 class SnapshotCollector(Collector):
