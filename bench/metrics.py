@@ -9,22 +9,26 @@ Run (from the repository root)::
 
 What is measured:
 
-- **throughput, metrics on vs off**: a fresh ``odradek serve`` per run, one partition; librdkafka's
-  ``rdkafka_performance`` produces ``count`` records of 1 KiB (acks=1, linger.ms 5, as ``bench/broker_throughput.py``)
-  then consumes them all from the beginning. *Off*: ``http.listeners=`` (no HTTP listener); *on*: an HTTP listener
-  and a scraper that GETs ``/metrics`` every second for the whole run, as Prometheus would (``Accept-Encoding:
-  gzip``). The request counters on the hot path (``odradek/metrics/``) run in both: they cannot be turned off, so
-  "on" is what a scraped broker costs over an unscraped one. Off and on alternate, ``rounds`` pairs; medians. Raw
-  limits beside them (``bench/_raw_net.py``): loopback TCP into a file (produce's) and ``sendfile`` into loopback TCP
-  (consume's). Goal: on >= 0.97x off for both.
+- **throughput, metrics on vs off**: a fresh ``odradek serve`` per run; librdkafka's ``rdkafka_performance``
+  produces ``count`` records of 100 B to one partition (acks=1, linger.ms 5, as ``bench/broker_throughput.py``),
+  then consumes them all from the beginning, under two loads: librdkafka's default batches (up to 10,000 records,
+  1 MB: the client is the bottleneck) and small ones (100 records a batch, 16 KiB fetches: ~16,000 produce requests
+  a second, the broker is the bottleneck, and per-request costs show). *Off*: ``http.listeners=`` (no HTTP
+  listener); *on*: an HTTP listener and a scraper that GETs ``/metrics`` every second for the whole run, as
+  Prometheus would (``Accept-Encoding: gzip``). The request counters on the hot path (``odradek/metrics/``) run
+  in both: they cannot be turned off, so "on" is what a scraped broker costs over an unscraped one. Off and on
+  alternate, ``rounds`` pairs; medians. Raw limits beside them (``bench/_raw_net.py``): loopback TCP into a file
+  (produce's) and ``sendfile`` into loopback TCP (consume's). Goal: on >= 0.97x off for both.
 - **scrape of a large broker**: a fresh broker with ``--partitions`` partitions (1,000 a topic) or as many as
   this machine's open-files limit lets one process open (3 files a partition), one record in each, and a consumer
   group with an offset committed on every partition of the first topic (so the lag series exist); ``/metrics`` is
-  fetched ``scrapes`` times: wall time (client side, median and max), body size plain and gzip'ed, and how long a
+  fetched ``scrapes`` times: wall time (client side, median and max), body size plain and gzip'ed, how long a
   tiny Kafka request (ApiVersions v0 on its own connection, every 5 ms) took during the scrapes vs. without them
-  (the broker's loop must stay responsive). Beside it, the floor: prometheus_client formatting the same number of
-  samples from a trivial collector in this process. The formatting step (``collector.render``, the bulk of a
-  scrape) is also timed on a snapshot of ``--partitions`` partitions in this process.
+  (the broker's loop must stay responsive), and the broker's CPU per scrape, of the large broker and, first, of
+  the same broker with one topic (what the throughput part's scraper costs). Beside it, the floor:
+  prometheus_client formatting the same number of samples from a trivial collector in this process. The
+  formatting step (``collector.render``, the bulk of a scrape) is also timed on a snapshot of ``--partitions``
+  partitions in this process.
 
 Results go to docs/performance.md ("HTTP listener and /metrics"), with the command that produced them.
 """
@@ -54,7 +58,7 @@ from bench._kafka import Broker, build_rdkafka_performance, free_port
 from bench._raw_net import sendfile_to_socket, tcp_to_file
 from bench.broker_throughput import TOPIC, consume_once, produce_once
 
-SIZE = 1024
+SIZE = 100  # small records: the most requests and batches per byte, where per-request counters cost most
 GOAL = 0.97
 
 
@@ -104,45 +108,62 @@ def broker(scratch: Path, name: str, http: bool) -> Iterator[tuple[Broker, str |
         yield b, (f"http://127.0.0.1:{port}/metrics" if http else None)
 
 
+# (name, produce options, consume options): librdkafka's defaults (batches up to 10,000 records / 1 MB: the client
+# is the bottleneck) and small batches (100 records, 16 KiB fetches: ~16,000 produce requests/s, the broker is)
+LOADS: tuple[tuple[str, list[str], list[str]], ...] = (
+    ("large batches", [], []),
+    ("small batches", ["-X", "batch.num.messages=100"], ["-X", "max.partition.fetch.bytes=16384"]),
+)
+
+
 def throughput(a: argparse.Namespace, scratch: Path) -> None:
     tool = build_rdkafka_performance()
-    count = 100_000 if a.quick else 500_000
+    count = 1_000_000 if a.quick else 10_000_000
     rounds = 1 if a.quick else a.rounds
     raw_bytes = (256 if a.quick else 1024) * MiB
     raw_file = scratch / "raw.bin"
     raw_in = [tcp_to_file(raw_file, raw_bytes, a.max_seconds) for _ in range(rounds)]
     raw_out = [sendfile_to_socket(raw_file, a.max_seconds) for _ in range(rounds)]
     raw_file.unlink(missing_ok=True)
-    raw_in_mbps = median([n / s / 1e6 for n, s in raw_in])
-    raw_out_mbps = median([n / s / 1e6 for n, s in raw_out])
-    results: dict[bool, dict[str, list[float]]] = {False: {"produce": [], "consume": []},
-                                                   True: {"produce": [], "consume": []}}
+    raw = {"produce": median([n / s / 1e6 for n, s in raw_in]), "consume": median([n / s / 1e6 for n, s in raw_out])}
+    results: dict[tuple[str, str, bool], list[tuple[float, float]]] = {}  # (load, phase, on) -> [(MB/s, cores)]
     scrapes: list[float] = []
     sizes: list[int] = []
     failures = 0
-    print(f"# throughput: {count:,} records of {SIZE} B, acks=1; {rounds} alternating off/on pairs", flush=True)
+    print(f"# throughput: {count:,} records of {SIZE} B per load, acks=1; {rounds} alternating off/on pairs",
+          flush=True)
     for r in range(rounds):
         for on in (False, True):
             with broker(scratch, f"tp-{r}-{'on' if on else 'off'}", on) as (b, url):
-                b.create_topic(TOPIC)
+                for n, _ in enumerate(LOADS):
+                    b.create_topic(f"{TOPIC}-{n}")
                 scraper = Scraper(url) if url else contextlib.nullcontext()
+                line = []
                 with scraper:
-                    p = produce_once(tool, b, SIZE, "1", count, a.max_seconds, scratch)
-                    c = consume_once(tool, b, count, a.max_seconds)
+                    for n, (load, produce_opts, consume_opts) in enumerate(LOADS):
+                        topic = f"{TOPIC}-{n}"
+                        p = produce_once(tool, b, SIZE, "1", count, a.max_seconds, scratch, topic=topic,
+                                         extra=produce_opts)
+                        c = consume_once(tool, b, count, a.max_seconds, topic=topic, extra=consume_opts)
+                        results.setdefault((load, "produce", on), []).append((p.mbps, p.broker_cores))
+                        results.setdefault((load, "consume", on), []).append((c.mbps, c.broker_cores))
+                        line.append(f"{load}: produce {p.mbps:6.1f} MB/s ({p.broker_cores:.2f} cores), "
+                                    f"consume {c.mbps:6.1f} MB/s ({c.broker_cores:.2f} cores)")
                 if isinstance(scraper, Scraper):
                     scrapes += scraper.times
                     sizes += scraper.sizes
                     failures += scraper.failures
-                results[on]["produce"].append(p.mbps)
-                results[on]["consume"].append(c.mbps)
-                print(f"  round {r + 1} metrics {'on ' if on else 'off'}: produce {p.mbps:7.1f} MB/s "
-                      f"(broker {p.broker_cores:.2f} cores)  consume {c.mbps:7.1f} MB/s", flush=True)
+                print(f"  round {r + 1} metrics {'on ' if on else 'off'}: " + "; ".join(line), flush=True)
     print()
-    print(f"{'phase':8} {'off MB/s':>9} {'on MB/s':>9} {'on/off':>7} {'raw MB/s':>9}  goal")
-    for phase, raw in (("produce", raw_in_mbps), ("consume", raw_out_mbps)):
-        off, on = median(results[False][phase]), median(results[True][phase])
-        print(f"{phase:8} {off:9.1f} {on:9.1f} {on / off:7.3f} {raw:9.1f}  >= {GOAL}x off: "
-              f"{verdict(on / off, GOAL)}")
+    print(f"{'load':14} {'phase':8} {'off MB/s':>9} {'on MB/s':>9} {'on/off':>7} {'raw MB/s':>9}  "
+          f"{'broker cores off/on':>19}  goal")
+    for load, _, _ in LOADS:
+        for phase in ("produce", "consume"):
+            off, on = results[(load, phase, False)], results[(load, phase, True)]
+            off_mbps, on_mbps = median([x for x, _ in off]), median([x for x, _ in on])
+            cores = f"{median([c for _, c in off]):.2f} / {median([c for _, c in on]):.2f}"
+            print(f"{load:14} {phase:8} {off_mbps:9.1f} {on_mbps:9.1f} {on_mbps / off_mbps:7.3f} {raw[phase]:9.1f}  "
+                  f"{cores:>19}  >= {GOAL}x off: {verdict(on_mbps / off_mbps, GOAL)}")
     if scrapes:
         print(f"scrapes during the 'on' runs: {len(scrapes)}, {failures} failed; "
               f"median {median(scrapes) * 1000:.1f} ms, max {max(scrapes) * 1000:.1f} ms, "
@@ -295,6 +316,14 @@ def scrape(a: argparse.Namespace, scratch: Path) -> None:
     print(f"# scrape: {topics} topics x {per_topic} partitions = {topics * per_topic:,}; filling...", flush=True)
     with broker(scratch, "scrape", True) as (b, url):
         assert url is not None
+        b.create_topic("scrape-small")
+        fetch(url, gzip_ok=True)
+        cpu0, n_small = b.cpu(), 100
+        for _ in range(n_small):
+            fetch(url, gzip_ok=True)
+        small_cpu = (b.cpu() - cpu0) / n_small
+        print(f"  a broker with one topic: {small_cpu * 1000:.1f} ms of broker CPU per scrape (gzip'ed, mean of "
+              f"{n_small}) = {small_cpu * 100:.2f} % of a core at one scrape a second", flush=True)
         started = time.monotonic()
         _fill(b, topics, per_topic)
         print(f"  filled in {time.monotonic() - started:.0f} s", flush=True)
@@ -306,15 +335,17 @@ def scrape(a: argparse.Namespace, scratch: Path) -> None:
                 t0 = time.perf_counter()
                 plain = fetch(url)
                 times.append(time.perf_counter() - t0)
+        cpu0 = b.cpu()
         zipped = fetch(url, gzip_ok=True)
+        large_cpu = b.cpu() - cpu0
         compressed = len(zipped) if zipped[:2] == b"\x1f\x8b" else len(gzip.compress(plain, 1))
-        broker_cpu = b.cpu()
     text = plain.decode()
     samples = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
     floor = _library_floor(samples)
     print()
     print(f"/metrics of a broker with {topics * per_topic:,} partitions: {samples:,} samples, "
-          f"{len(plain) / MiB:.1f} MiB ({compressed / MiB:.2f} MiB gzip'ed); broker CPU so far {broker_cpu:.0f} s")
+          f"{len(plain) / MiB:.1f} MiB ({compressed / MiB:.2f} MiB gzip'ed)")
+    print(f"  broker CPU of one gzip'ed scrape: {large_cpu * 1000:.0f} ms")
     print(f"  scrape wall time: median {median(times) * 1000:.0f} ms, max {max(times) * 1000:.0f} ms "
           f"over {len(times)} scrapes")
     print(f"  floor (prometheus_client formatting {samples:,} samples, trivial collector, in process): "

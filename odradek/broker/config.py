@@ -15,6 +15,8 @@ Invariants:
   named in ``advertised.listeners`` advertises itself; an unset, ``0.0.0.0`` or ``::`` host advertises
   127.0.0.1); ``advertised_host``/``advertised_port`` are the first one's; ``bound`` fills in a port 0 once the
   server has bound it.
+- ``http.listeners`` (not Kafka's) lists the HTTP listener's ``http://`` or ``https://`` addresses (``/metrics``,
+  ``/healthz``, ``/readyz``, the console; docs/metrics.md); empty serves none; anything else is a ``ConfigError``.
 - Cross-key rules are Kafka's: ``replica.fetch.wait.max.ms`` <= ``replica.lag.time.max.ms`` and
   <= ``replica.socket.timeout.ms``.
 - Topic-level defaults (``log.segment.bytes`` ...) are turned into a ``LogConfig`` by

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from odradek.http.collector import render, snapshot
+from odradek.quota.entity import CLIENT_ID, PRODUCER_BYTE_RATE
 from tests.broker import inprocess
 from tests.http.scrape import get, metrics, value
 
@@ -153,3 +155,29 @@ def test_render_of_a_snapshot_is_prometheus_text(node: inprocess.InProcessBroker
     text = render(snap).decode()
     assert "# TYPE odradek_request_total_time_seconds histogram" in text
     assert "# HELP odradek_topic_messages_in_total" in text and "MessagesInPerSec" in text
+
+
+def test_throttle_time_of_a_client_over_its_quota(tmp_path: Path) -> None:
+    b = inprocess.InProcessBroker(tmp_path, {"http.listeners": "http://127.0.0.1:0"})
+    try:
+        [url] = b.broker.http_urls
+        b._run(b.broker.alter_client_quota(((CLIENT_ID, "slow-producer"),), {PRODUCER_BYTE_RATE: "20000"}))
+        p = Producer({"bootstrap.servers": b.bootstrap, "client.id": "slow-producer", "linger.ms": 0})
+        for i in range(40):
+            p.produce("http-metrics-quota", b"%05d" % i + b"x" * 4000)
+            p.flush(30)
+        s = metrics(url)
+        throttled = {
+            dict(labels)["type"]: v
+            for (name, labels), v in s.items()
+            if name == "odradek_quota_throttle_time_seconds_total" and dict(labels)["client_id"] == "slow-producer"
+        }
+        assert throttled.get("produce", 0) > 0
+        responses = [
+            v
+            for (name, labels), v in s.items()
+            if name == "odradek_quota_throttled_responses_total" and ("client_id", "slow-producer") in labels
+        ]
+        assert sum(responses) >= 1
+    finally:
+        b.close()
