@@ -161,18 +161,20 @@ def test_throttle_time_of_a_client_over_its_quota(tmp_path: Path) -> None:
     b = inprocess.InProcessBroker(tmp_path, {"http.listeners": "http://127.0.0.1:0"})
     try:
         [url] = b.broker.http_urls
-        b._run(b.broker.alter_client_quota(((CLIENT_ID, "slow-producer"),), {PRODUCER_BYTE_RATE: "20000"}))
+        # 1,000 B/s over the quota's 11 one-second windows: the rate is measured over at least 10 s, so the third
+        # 4 KB record (12 KB in all) is over it by 2 s of throttle, the earlier ones are not
+        b._run(b.broker.alter_client_quota(((CLIENT_ID, "slow-producer"),), {PRODUCER_BYTE_RATE: "1000"}))
         p = Producer({"bootstrap.servers": b.bootstrap, "client.id": "slow-producer", "linger.ms": 0})
-        for i in range(40):
+        for i in range(3):
             p.produce("http-metrics-quota", b"%05d" % i + b"x" * 4000)
-            p.flush(30)
+            assert p.flush(30) == 0
         s = metrics(url)
         throttled = {
             dict(labels)["type"]: v
             for (name, labels), v in s.items()
             if name == "odradek_quota_throttle_time_seconds_total" and dict(labels)["client_id"] == "slow-producer"
         }
-        assert throttled.get("produce", 0) > 0
+        assert 0 < throttled.get("produce", 0) < 5  # seconds: about 2 (see above)
         responses = [
             v
             for (name, labels), v in s.items()
