@@ -183,7 +183,7 @@ async def dispatch(ctx_factory: Callable[[Any], RequestContext], frame: bytes) -
             if ctx.throttle_ms > 0:
                 ctx.broker.metrics.throttled(_QUOTA_TYPES.get(api_key, "request"), ctx.user,
                                              ctx.header.client_id or "", ctx.throttle_ms)
-    except BaseException:
+    except Exception:  # a cancellation (shutdown) is not the request's failure
         stats.errors += 1
         raise
     handled = time.perf_counter()

@@ -63,7 +63,14 @@ class HttpServer:
                     ssl_context=self.tls if h.scheme == "https" else None,
                     reuse_address=True,
                 )
-                await site.start()
+                try:
+                    await site.start()
+                except OSError as e:
+                    raise OSError(
+                        e.errno,
+                        f"http.listeners: cannot listen on {h.url}: {e.strerror or e} (choose another port, "
+                        "port 0 for a free one, or leave http.listeners empty)",
+                    ) from e
                 port = runner.addresses[-1][1]
                 self.urls.append(HttpListener(h.scheme, h.host or "0.0.0.0", port).url)
         except BaseException:

@@ -101,16 +101,21 @@ def test_a_taken_http_port_stops_the_start_and_frees_the_kafka_port(tmp_path: Pa
             }
         )
 
-        async def start() -> Server:
+        servers: list[Server] = []
+
+        async def start() -> None:
             server = Server(Broker(config))
+            servers.append(server)
             try:
                 await server.start()
             finally:
                 server.broker.stop()
-            return server
 
-        with pytest.raises(OSError):
+        with pytest.raises(OSError, match=rf"http\.listeners: cannot listen on http://127\.0\.0\.1:{port}: "):
             asyncio.run(start())
+    [kafka_port] = servers[0].ports.values()
+    with socket.socket() as again:  # the Kafka listener bound before the HTTP one was closed
+        again.bind(("127.0.0.1", kafka_port))
 
 
 # -- HTTPS -------------------------------------------------------------------------------------------------------
