@@ -130,8 +130,9 @@ def throughput(a: argparse.Namespace, scratch: Path) -> None:
     scrapes: list[float] = []
     sizes: list[int] = []
     failures = 0
-    print(f"# throughput: {count:,} records of {SIZE} B per load, acks=1; {rounds} alternating off/on pairs",
-          flush=True)
+    print(
+        f"# throughput: {count:,} records of {SIZE} B per load, acks=1; {rounds} alternating off/on pairs", flush=True
+    )
     for r in range(rounds):
         for on in (False, True):
             with broker(scratch, f"tp-{r}-{'on' if on else 'off'}", on) as (b, url):
@@ -142,32 +143,41 @@ def throughput(a: argparse.Namespace, scratch: Path) -> None:
                 with scraper:
                     for n, (load, produce_opts, consume_opts) in enumerate(LOADS):
                         topic = f"{TOPIC}-{n}"
-                        p = produce_once(tool, b, SIZE, "1", count, a.max_seconds, scratch, topic=topic,
-                                         extra=produce_opts)
+                        p = produce_once(
+                            tool, b, SIZE, "1", count, a.max_seconds, scratch, topic=topic, extra=produce_opts
+                        )
                         c = consume_once(tool, b, count, a.max_seconds, topic=topic, extra=consume_opts)
                         results.setdefault((load, "produce", on), []).append((p.mbps, p.broker_cores))
                         results.setdefault((load, "consume", on), []).append((c.mbps, c.broker_cores))
-                        line.append(f"{load}: produce {p.mbps:6.1f} MB/s ({p.broker_cores:.2f} cores), "
-                                    f"consume {c.mbps:6.1f} MB/s ({c.broker_cores:.2f} cores)")
+                        line.append(
+                            f"{load}: produce {p.mbps:6.1f} MB/s ({p.broker_cores:.2f} cores), "
+                            f"consume {c.mbps:6.1f} MB/s ({c.broker_cores:.2f} cores)"
+                        )
                 if isinstance(scraper, Scraper):
                     scrapes += scraper.times
                     sizes += scraper.sizes
                     failures += scraper.failures
                 print(f"  round {r + 1} metrics {'on ' if on else 'off'}: " + "; ".join(line), flush=True)
     print()
-    print(f"{'load':14} {'phase':8} {'off MB/s':>9} {'on MB/s':>9} {'on/off':>7} {'raw MB/s':>9}  "
-          f"{'broker cores off/on':>19}  goal")
+    print(
+        f"{'load':14} {'phase':8} {'off MB/s':>9} {'on MB/s':>9} {'on/off':>7} {'raw MB/s':>9}  "
+        f"{'broker cores off/on':>19}  goal"
+    )
     for load, _, _ in LOADS:
         for phase in ("produce", "consume"):
             off, on = results[(load, phase, False)], results[(load, phase, True)]
             off_mbps, on_mbps = median([x for x, _ in off]), median([x for x, _ in on])
             cores = f"{median([c for _, c in off]):.2f} / {median([c for _, c in on]):.2f}"
-            print(f"{load:14} {phase:8} {off_mbps:9.1f} {on_mbps:9.1f} {on_mbps / off_mbps:7.3f} {raw[phase]:9.1f}  "
-                  f"{cores:>19}  >= {GOAL}x off: {verdict(on_mbps / off_mbps, GOAL)}")
+            print(
+                f"{load:14} {phase:8} {off_mbps:9.1f} {on_mbps:9.1f} {on_mbps / off_mbps:7.3f} {raw[phase]:9.1f}  "
+                f"{cores:>19}  >= {GOAL}x off: {verdict(on_mbps / off_mbps, GOAL)}"
+            )
     if scrapes:
-        print(f"scrapes during the 'on' runs: {len(scrapes)}, {failures} failed; "
-              f"median {median(scrapes) * 1000:.1f} ms, max {max(scrapes) * 1000:.1f} ms, "
-              f"{median(sizes) / 1024:.1f} KiB gzip'ed")
+        print(
+            f"scrapes during the 'on' runs: {len(scrapes)}, {failures} failed; "
+            f"median {median(scrapes) * 1000:.1f} ms, max {max(scrapes) * 1000:.1f} ms, "
+            f"{median(sizes) / 1024:.1f} KiB gzip'ed"
+        )
 
 
 class Probe:
@@ -287,13 +297,25 @@ def render_at(partitions: int, groups_offsets: int) -> tuple[float, float, int, 
     snap = Snapshot("1", "bench")
     per_topic = 1000
     for i in range(partitions):
-        snap.partitions.append(PartitionRow(f"scrape-{i // per_topic}", str(i % per_topic), True, 1, 1, 1,
-                                            4096 + i, 1, 0, 1 + i, 1 + i))
+        snap.partitions.append(
+            PartitionRow(f"scrape-{i // per_topic}", str(i % per_topic), True, 1, 1, 1, 4096 + i, 1, 0, 1 + i, 1 + i)
+        )
     for i in range(groups_offsets):
         snap.offsets.append(("scrape-lag", "scrape-0", str(i % per_topic), 0, 1))
-    snap.cleaner = {k: 0 for k in ("passes", "bytes_read", "bytes_written", "max_clean_seconds",
-                                   "max_buffer_utilization", "max_compaction_delay_seconds", "max_dirty_ratio",
-                                   "uncleanable", "since_last_run")}
+    snap.cleaner = {
+        k: 0
+        for k in (
+            "passes",
+            "bytes_read",
+            "bytes_written",
+            "max_clean_seconds",
+            "max_buffer_utilization",
+            "max_compaction_delay_seconds",
+            "max_dirty_ratio",
+            "uncleanable",
+            "since_last_run",
+        )
+    }
     times = []
     body = b""
     for _ in range(3):
@@ -310,9 +332,11 @@ def scrape(a: argparse.Namespace, scratch: Path) -> None:
     topics = max(1, partitions // 1000)
     per_topic = partitions // topics
     if partitions < a.partitions:
-        print(f"# this machine's open-files limit allows {ceiling:,} partitions per broker "
-              f"({FILES_PER_PARTITION} files each): the real broker gets {partitions:,}, and the formatting step "
-              f"is also timed on a snapshot of {a.partitions:,} (below)")
+        print(
+            f"# this machine's open-files limit allows {ceiling:,} partitions per broker "
+            f"({FILES_PER_PARTITION} files each): the real broker gets {partitions:,}, and the formatting step "
+            f"is also timed on a snapshot of {a.partitions:,} (below)"
+        )
     print(f"# scrape: {topics} topics x {per_topic} partitions = {topics * per_topic:,}; filling...", flush=True)
     with broker(scratch, "scrape", True) as (b, url):
         assert url is not None
@@ -322,8 +346,11 @@ def scrape(a: argparse.Namespace, scratch: Path) -> None:
         for _ in range(n_small):
             fetch(url, gzip_ok=True)
         small_cpu = (b.cpu() - cpu0) / n_small
-        print(f"  a broker with one topic: {small_cpu * 1000:.1f} ms of broker CPU per scrape (gzip'ed, mean of "
-              f"{n_small}) = {small_cpu * 100:.2f} % of a core at one scrape a second", flush=True)
+        print(
+            f"  a broker with one topic: {small_cpu * 1000:.1f} ms of broker CPU per scrape (gzip'ed, mean of "
+            f"{n_small}) = {small_cpu * 100:.2f} % of a core at one scrape a second",
+            flush=True,
+        )
         started = time.monotonic()
         _fill(b, topics, per_topic)
         print(f"  filled in {time.monotonic() - started:.0f} s", flush=True)
@@ -343,23 +370,35 @@ def scrape(a: argparse.Namespace, scratch: Path) -> None:
     samples = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
     floor = _library_floor(samples)
     print()
-    print(f"/metrics of a broker with {topics * per_topic:,} partitions: {samples:,} samples, "
-          f"{len(plain) / MiB:.1f} MiB ({compressed / MiB:.2f} MiB gzip'ed)")
+    print(
+        f"/metrics of a broker with {topics * per_topic:,} partitions: {samples:,} samples, "
+        f"{len(plain) / MiB:.1f} MiB ({compressed / MiB:.2f} MiB gzip'ed)"
+    )
     print(f"  broker CPU of one gzip'ed scrape: {large_cpu * 1000:.0f} ms")
-    print(f"  scrape wall time: median {median(times) * 1000:.0f} ms, max {max(times) * 1000:.0f} ms "
-          f"over {len(times)} scrapes")
-    print(f"  floor (prometheus_client formatting {samples:,} samples, trivial collector, in process): "
-          f"{floor * 1000:.0f} ms -> scrape / floor {median(times) / floor:.2f}x")
+    print(
+        f"  scrape wall time: median {median(times) * 1000:.0f} ms, max {max(times) * 1000:.0f} ms "
+        f"over {len(times)} scrapes"
+    )
+    print(
+        f"  floor (prometheus_client formatting {samples:,} samples, trivial collector, in process): "
+        f"{floor * 1000:.0f} ms -> scrape / floor {median(times) / floor:.2f}x"
+    )
     q = sorted(quiet.rtts)
     w = sorted(busy.rtts)
-    print(f"  ApiVersions round trip without scrapes: p50 {statistics.median(q) * 1000:.2f} ms, "
-          f"p99 {q[int(len(q) * 0.99)] * 1000:.1f} ms, max {q[-1] * 1000:.1f} ms ({len(q)} probes)")
-    print(f"  ApiVersions round trip during scrapes:  p50 {statistics.median(w) * 1000:.2f} ms, "
-          f"p99 {w[int(len(w) * 0.99)] * 1000:.1f} ms, max {w[-1] * 1000:.1f} ms ({len(w)} probes)")
+    print(
+        f"  ApiVersions round trip without scrapes: p50 {statistics.median(q) * 1000:.2f} ms, "
+        f"p99 {q[int(len(q) * 0.99)] * 1000:.1f} ms, max {q[-1] * 1000:.1f} ms ({len(q)} probes)"
+    )
+    print(
+        f"  ApiVersions round trip during scrapes:  p50 {statistics.median(w) * 1000:.2f} ms, "
+        f"p99 {w[int(len(w) * 0.99)] * 1000:.1f} ms, max {w[-1] * 1000:.1f} ms ({len(w)} probes)"
+    )
     r_time, r_floor, r_samples, r_bytes = render_at(a.partitions, per_topic)
-    print(f"formatting step of a {a.partitions:,}-partition snapshot (collector.render, in process): "
-          f"{r_time * 1000:.0f} ms, {r_samples:,} samples, {r_bytes / MiB:.1f} MiB; floor {r_floor * 1000:.0f} ms "
-          f"-> {r_time / r_floor:.2f}x")
+    print(
+        f"formatting step of a {a.partitions:,}-partition snapshot (collector.render, in process): "
+        f"{r_time * 1000:.0f} ms, {r_samples:,} samples, {r_bytes / MiB:.1f} MiB; floor {r_floor * 1000:.0f} ms "
+        f"-> {r_time / r_floor:.2f}x"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
