@@ -101,7 +101,7 @@ class ServeProcess:
             self.port = free_port()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "odradek.cli.main", "--log-level", self.log_level, "serve", "--host",
-               "127.0.0.1", "--port", str(self.port), "--data-dir", str(self.data_dir)]
+               "127.0.0.1", "--port", str(self.port), "--data-dir", str(self.data_dir), "--override", "http.listeners="]
         for item in self.overrides:
             cmd += ["--override", item]
         env = {**os.environ, "PYTHONPATH": str(self.root), "PYTHONUNBUFFERED": "1"}

@@ -65,7 +65,8 @@ class GroupBroker(Broker):
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}.odradek.log"
         extra = [arg for kv in self.overrides for arg in ("--override", kv)]
         argv = [sys.executable, *self.python_args, "-m", "odradek.cli.main", "--log-level", "WARNING", "serve",
-                "--port", str(self.port), "--data-dir", str(self.data_dir / "data"), *extra]
+                "--port", str(self.port), "--data-dir", str(self.data_dir / "data"), "--override", "http.listeners=",
+                *extra]
         env = dict(os.environ, PYTHONPATH=str(REPO), **self.env)
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO), env=env,

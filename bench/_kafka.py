@@ -286,7 +286,7 @@ class Broker:
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}.{self.kind}.log"
         if self.kind == "odradek":
             cmd = [sys.executable, "-m", "odradek.cli.main", "--log-level", "WARNING", "serve",
-                   "--port", str(self.port), "--data-dir", str(self.data_dir / "data")]
+                   "--port", str(self.port), "--data-dir", str(self.data_dir / "data"), "--override", "http.listeners="]
             for kv in self.overrides:
                 cmd += ["--override", kv]
         elif self.kind == "tansu":

@@ -174,7 +174,7 @@ class SecureBroker(Broker):
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}.odradek.log"
         props = {**broker_properties(self.ports, self.certificates), "log.dirs": str(self.data_dir / "data"),
-                 **self.extra}
+                 "http.listeners": "", **self.extra}
         cmd = [sys.executable, "-m", "odradek.cli.main", "--log-level", "WARNING", "serve",
                *(arg for k, v in props.items() for arg in ("--override", f"{k}={v}"))]
         with open(self.log_path, "wb") as logf:

@@ -37,6 +37,7 @@ from odradek.broker.txn_runtime import TXN_STATE_TOPIC, TxnRuntime
 from odradek.clock import SYSTEM_CLOCK, Clock
 from odradek.cluster.metadata import Topic, TopicRegistry, check_meta_properties
 from odradek.cluster.zk.layout import quota_entity_from_path, quota_entity_path
+from odradek.metrics.broker_metrics import BrokerMetrics
 from odradek.protocol.errors import (
     CoordinatorNotAvailableError,
     InvalidConfigError,
@@ -129,7 +130,10 @@ class Broker:
         self.groups = GroupRuntime(self, config.group_config, config.offsets_segment_bytes)
         self.txns = TxnRuntime(self, config.txn_config, config.txn_state_segment_bytes)
         self.started = False
+        self.serving = False  # the Kafka listeners accept requests (set and cleared by the server)
         self.shutting_down = False  # set by wake_all: long polls stop waiting and answer
+        self.http_urls: list[str] = []  # where the HTTP listener serves (bound ports), set by the server
+        self.metrics = BrokerMetrics()  # request, topic and connection counters (exported by odradek/http/)
 
     # -- lifecycle -------------------------------------------------------------------------------
 

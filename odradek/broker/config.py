@@ -18,6 +18,8 @@ Invariants:
   named in ``advertised.listeners`` advertises itself; an unset, ``0.0.0.0`` or ``::`` host advertises
   127.0.0.1); ``advertised_host``/``advertised_port`` are the first one's; ``bound`` fills in a port 0 once the
   server has bound it.
+- ``http.listeners`` (not Kafka's) lists the HTTP listener's ``http://`` or ``https://`` addresses (``/metrics``,
+  ``/healthz``, ``/readyz``, the console; docs/metrics.md); empty serves none; anything else is a ``ConfigError``.
 - Cross-key rules are Kafka's: ``replica.fetch.wait.max.ms`` <= ``replica.lag.time.max.ms`` and
   <= ``replica.socket.timeout.ms``.
 - Topic-level defaults (``log.segment.bytes`` ...) are turned into a ``LogConfig`` by
@@ -126,6 +128,9 @@ KEYS: dict[str, Key] = {
            "org.apache.kafka.common.replica.RackAwareReplicaSelector = an in-sync replica in the client's rack"),
         _k("listeners", str, "PLAINTEXT://127.0.0.1:9092", "addresses to listen on"),
         _k("advertised.listeners", str, None, "addresses given to clients (default: listeners)"),
+        _k("http.listeners", str, "http://127.0.0.1:9644",
+           "HTTP listeners for /metrics, /healthz, /readyz and the console: http://HOST:PORT or https://HOST:PORT "
+           "(the ssl.* keys), comma-separated; empty: no HTTP listener (docs/metrics.md)"),
         _k("inter.broker.listener.name", str, None,
            "listener other brokers replicate through (default: the first of listeners)"),
         _k("listener.security.protocol.map", str, DEFAULT_SECURITY_PROTOCOL_MAP,
@@ -309,6 +314,33 @@ def parse_listeners(value: str, key: str) -> list[Listener]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class HttpListener:
+    scheme: str  # http or https
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}:{self.port}"
+
+
+def parse_http_listeners(value: str) -> list[HttpListener]:
+    """``http.listeners`` as a list (empty: no HTTP listener); ``ConfigError`` for anything but http(s)://HOST:PORT."""
+    out: list[HttpListener] = []
+    for item in filter(None, (v.strip() for v in value.split(","))):
+        scheme, sep, rest = item.partition("://")
+        host, colon, port = rest.rpartition(":")
+        if not sep or scheme.lower() not in ("http", "https") or not colon or not port.isdigit() or int(port) > 65535:
+            raise ConfigError(
+                f"http.listeners: {item!r} is not http://HOST:PORT or https://HOST:PORT (e.g. http://127.0.0.1:9644; "
+                "port 0 picks a free one; leave http.listeners empty to serve no HTTP)"
+            )
+        out.append(HttpListener(scheme.lower(), host.strip("[]"), int(port)))
+    return out
+
+
 def parse_security_protocol_map(value: str) -> dict[str, str]:
     """``listener.security.protocol.map`` as {LISTENER NAME: SECURITY PROTOCOL} (names upper-cased)."""
     out: dict[str, str] = {}
@@ -461,6 +493,7 @@ class BrokerConfig:
                 f"inter.broker.listener.name={inter!r} does not name a listener: use one of "
                 f"{', '.join(named)} (the names in listeners)"
             )
+        self.http_listeners: list[HttpListener] = parse_http_listeners(values["http.listeners"] or "")
         connect = values["zookeeper.connect"]
         self.zookeeper_connect: str | None = connect.strip() if connect and connect.strip() else None
         if self.zookeeper_connect is not None:

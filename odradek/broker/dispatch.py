@@ -15,11 +15,15 @@ Invariants:
   client's quotas, its response carries the throttle time and the connection is muted for it.
 - A handler's ``KafkaError`` never escapes: handlers map errors to per-partition codes themselves;
   anything unexpected is logged and closes only that connection.
+- Every decoded request is counted and timed in ``broker.metrics`` (``metrics/broker_metrics.py``): queue (frame
+  in -> handler called), local (the handler), total (frame in -> response encoded; a deferred response's total
+  and remote times are taken when it completes). A handler that raises counts as an error.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +54,7 @@ from odradek.broker.handlers import (
     transactions,
     txn_markers,
 )
+from odradek.metrics.broker_metrics import RequestStats
 from odradek.protocol import apis, array_bounds, entities
 from odradek.protocol.frame import FrameError, parse_request_header, peek_header, response_prefix
 
@@ -67,9 +72,18 @@ class PendingFrame:
     api_key: int
     version: int
     correlation_id: int
+    stats: RequestStats | None = None
+    received: float = 0.0  # time.perf_counter() when dispatch got the frame
+    handled: float = 0.0  # ... and when its handler returned
 
     def complete(self, outcomes: list[Any]) -> Chunks | None:
-        return _encode(self.api_key, self.version, self.correlation_id, self.deferred.complete(outcomes))
+        out = _encode(self.api_key, self.version, self.correlation_id, self.deferred.complete(outcomes))
+        stats = self.stats
+        if stats is not None:
+            now = time.perf_counter()
+            stats.remote.observe(now - self.handled)
+            stats.total.observe(now - self.received)
+        return out
 
 HANDLERS: dict[int, Handler] = {
     apis.API_VERSIONS: api_versions.handle,
@@ -121,11 +135,14 @@ HANDLERS: dict[int, Handler] = {
     apis.DELETE_ACLS: acls.handle_delete_acls,
 }
 assert set(HANDLERS) == set(apis.SUPPORTED), "every advertised API needs a handler"
+# Kafka's quota types (the MBean type of a client's throttle-time): Produce, Fetch, and Request for the others.
+_QUOTA_TYPES = {apis.PRODUCE: "produce", apis.FETCH: "fetch"}
 
 
 async def dispatch(ctx_factory: Callable[[Any], RequestContext], frame: bytes) -> Chunks | PendingFrame | None:
     """The response frame (as chunks) for one request frame, None when no response is due, or a
     ``PendingFrame`` when the handler deferred its response."""
+    received = time.perf_counter()
     try:
         api_key, version, correlation_id = peek_header(frame)
     except FrameError as e:
@@ -153,15 +170,30 @@ async def dispatch(ctx_factory: Callable[[Any], RequestContext], frame: bytes) -
     except Exception as e:  # kio raises assorted errors on malformed bodies
         raise CloseConnection(f"malformed {spec.name} v{version} request: {type(e).__name__}: {e}") from None
     ctx = ctx_factory(header)
-    if not ctx.broker.quotas.enabled:
-        result = await HANDLERS[api_key](ctx, request)
-    else:
-        throttle.before(ctx, api_key, request, len(frame))
-        result = await HANDLERS[api_key](ctx, request)
-        throttle.after(ctx, api_key, version, result)
+    stats = ctx.broker.metrics.request(api_key)
+    try:
+        if not ctx.broker.quotas.enabled:
+            called = time.perf_counter()
+            result = await HANDLERS[api_key](ctx, request)
+        else:
+            throttle.before(ctx, api_key, request, len(frame))
+            called = time.perf_counter()
+            result = await HANDLERS[api_key](ctx, request)
+            throttle.after(ctx, api_key, version, result)
+            if ctx.throttle_ms > 0:
+                ctx.broker.metrics.throttled(_QUOTA_TYPES.get(api_key, "request"), ctx.user,
+                                             ctx.header.client_id or "", ctx.throttle_ms)
+    except Exception:  # a cancellation (shutdown) is not the request's failure
+        stats.errors += 1
+        raise
+    handled = time.perf_counter()
     if isinstance(result, Deferred):
-        return PendingFrame(result, api_key, version, correlation_id)
-    return _encode(api_key, version, correlation_id, result)
+        stats.queue.observe(called - received)
+        stats.local.observe(handled - called)
+        return PendingFrame(result, api_key, version, correlation_id, stats, received, handled)
+    out = _encode(api_key, version, correlation_id, result)
+    stats.done(called - received, handled - called, time.perf_counter() - received)
+    return out
 
 
 def _encode(api_key: int, version: int, correlation_id: int, result: dict[str, Any] | RawResponse | None,

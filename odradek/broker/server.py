@@ -15,6 +15,9 @@ Invariants:
   extra loop turn per region costs more than the copy (acks=all waits on followers' small fetches). TLS
   connections cannot take ``sendfile``: their regions are read with ``pread`` at their own positions and
   written through the TLS layer in pieces (asyncio's fallback would read through the file's shared position).
+- The HTTP listener (``http.listeners``, ``odradek/http/``) is bound right after the Kafka listeners, on this loop,
+  and closed after the last connection; ``broker.serving`` (what ``/readyz`` reads) is true from the moment the
+  Kafka listeners serve until shutdown begins.
 - Shutdown: stop accepting, let in-flight requests finish and answer, then give each client up to
   ``SHUTDOWN_LINGER_S`` to read its last responses (requests arriving meanwhile are read and dropped,
   unanswered and unapplied) before closing; then flush and mark the logs clean. The linger matters:
@@ -31,7 +34,7 @@ import os
 import socket
 import time
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from odradek.broker.authentication import IllegalState, SaslAuthentication
 from odradek.broker.authentication import State as AuthState
@@ -46,6 +49,9 @@ from odradek.broker.throttle import DELAY_UNTIL, MUTED_UNTIL, Timed, charge_loop
 from odradek.protocol.frame import SIZE, FrameError, RequestHeader, frame_size, peek_header
 from odradek.security.principal import NoMatchingRule
 from odradek.storage.segment import FileRegion
+
+if TYPE_CHECKING:
+    from odradek.http.listener import HttpServer
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +80,11 @@ class Server:
         self._group_ticker: asyncio.Task[None] | None = None
         self._group_loader: asyncio.Task[None] | None = None
         self.port: int | None = None  # the first listener's bound port
+        self.http: HttpServer | None = None  # the HTTP listener (http.listeners; odradek/http/), if any
+        if self.config.http_listeners:  # aiohttp is imported only by brokers that serve HTTP
+            from odradek.http.listener import HttpServer
+
+            self.http = HttpServer(broker, self.security)
 
     async def start(self) -> None:
         self.broker.start()
@@ -91,8 +102,13 @@ class Server:
                 port = server.sockets[0].getsockname()[1]
                 self.ports[lst.name] = port
                 self.config.bound(lst.name, port)
+            if self.http is not None:  # /healthz answers (and /readyz says why not yet) while the broker joins
+                await self.http.start()
+                self.broker.http_urls = list(self.http.urls)
         except BaseException:
             self._close_servers()
+            if self.http is not None:
+                await self.http.stop()
             raise
         self.port = self.ports[self.config.listener.name]
         if self.broker.replicated:
@@ -100,6 +116,8 @@ class Server:
                 await self.broker.start_cluster()
             except BaseException:
                 self._close_servers()
+                if self.http is not None:
+                    await self.http.stop()
                 raise
             to_load, txns_to_load = [], []  # coordinators follow the leadership of their partitions
         else:
@@ -107,6 +125,7 @@ class Server:
             txns_to_load = self.broker.txns.start()  # likewise their transactional ids
         for server in self._servers:
             await server.start_serving()
+        self.broker.serving = True
         self._ticker = asyncio.create_task(self._tick_forever())
         if self.broker.replicated:
             self._isr_ticker = asyncio.create_task(self._check_isr_forever())
@@ -126,6 +145,7 @@ class Server:
         """Graceful shutdown (SIGTERM/SIGINT)."""
         if self._closing:
             return
+        self.broker.serving = False  # /readyz answers 503 from now on
         if self.broker.replicated:
             await self.broker.controlled_shutdown()  # still serving: clients follow the moved leaderships
         self._closing = True
@@ -144,6 +164,8 @@ class Server:
             await asyncio.wait(list(self._connections), timeout=30)
         for server in self._servers:
             await server.wait_closed()
+        if self.http is not None:
+            await self.http.stop()
         if self.broker.replicated:
             await self.broker.stop_cluster()
         self.broker.stop()
@@ -199,6 +221,8 @@ class Server:
         task = asyncio.current_task()
         assert task is not None
         self._connections[task] = False
+        metrics = self.broker.metrics
+        metrics.connection_opened(listener)
         sock: socket.socket | None = writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -280,6 +304,7 @@ class Server:
                 writer.close()
             finally:
                 self.limits.release(ip)  # exactly once per admitted connection
+                metrics.connection_closed(listener)
 
     async def _serve(self, make_ctx: Any, frame: bytes, writer: asyncio.StreamWriter, later: _InOrder,
                      state: dict[str, Any]) -> None:

@@ -8,7 +8,9 @@ cluster keeps its topics between runs::
     broker-<i>.log      broker i's output (its log)
 
 Invariants:
-- Broker ``i`` (1..N) has ``broker.id=i``, listens on ``127.0.0.1:<base-port + i - 1>`` and connects to
+- Broker ``i`` (1..N) has ``broker.id=i``, listens on ``127.0.0.1:<base-port + i - 1>`` (its HTTP listener,
+  ``/metrics`` and the console, on ``127.0.0.1:<http-base-port + i - 1>``; ``--http-base-port 0``: a free port each,
+  logged by the broker) and connects to
   ``<zookeeper>/odradek``; ``--override`` keys apply to every broker and win over the cluster's defaults
   (replication factors sized to N: ``min(3, N)``, ``transaction.state.log.min.isr=min(2, N)``). The keys
   that must differ per broker (ids, listeners, log dirs, ZooKeeper) cannot be overridden.
@@ -54,6 +56,7 @@ POLL_S = 0.05
 # Keys `cluster up` sets per broker; an --override of one would make the brokers collide.
 PER_BROKER_KEYS = frozenset({
     "broker.id", "node.id", "listeners", "advertised.listeners", "log.dirs", "log.dir", "zookeeper.connect",
+    "http.listeners",
 })
 
 
@@ -83,6 +86,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                     help="where ZooKeeper's and the brokers' data and logs go (default ./cluster-data)")
     up.add_argument("--base-port", type=int, default=9092, metavar="PORT",
                     help="port of broker 1; broker i listens on PORT+i-1 (default 9092)")
+    up.add_argument("--http-base-port", type=int, default=9644, metavar="PORT",
+                    help="HTTP port (/metrics, console) of broker 1; broker i serves on PORT+i-1 (default 9644; "
+                         "0: a free port each, in its log)")
     up.add_argument("--zookeeper-port", type=int, default=2181, metavar="PORT",
                     help="ZooKeeper's client port (default 2181)")
     up.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
@@ -111,6 +117,7 @@ class BrokerPlan:
     data_dir: Path
     log_path: Path
     properties: dict[str, str] = field(default_factory=dict)
+    http_port: int = 0  # its HTTP listener's port (0: a free one)
 
     @property
     def address(self) -> str:
@@ -145,7 +152,8 @@ def parse_overrides(items: Sequence[str]) -> dict[str, str]:
 
 
 def plan_brokers(brokers: int, data_dir: Path, base_port: int, zookeeper_connect: str,
-                 overrides: dict[str, str], environ: Mapping[str, str] | None = None) -> list[BrokerPlan]:
+                 overrides: dict[str, str], environ: Mapping[str, str] | None = None,
+                 http_base_port: int = 9644) -> list[BrokerPlan]:
     """Every broker's plan; its properties are validated as a broker would (``ClusterError`` if not), with the
     ``ODRADEK_CFG_*`` variables of ``environ`` (which each broker's ``odradek serve`` applies below its
     ``--override`` options) under them."""
@@ -158,13 +166,18 @@ def plan_brokers(brokers: int, data_dir: Path, base_port: int, zookeeper_connect
             f"--base-port {base_port} with {brokers} brokers needs ports {base_port}..{last}, "
             "which are not all between 1 and 65535: pick another --base-port"
         )
+    if http_base_port < 0 or (http_base_port and http_base_port + brokers - 1 > 65535):
+        raise ClusterError(f"--http-base-port {http_base_port} with {brokers} brokers needs ports that are not all "
+                           "between 1 and 65535: pick another --http-base-port (0: a free port for each)")
     plans = []
     for i in range(1, brokers + 1):
         port = base_port + i - 1
+        http_port = http_base_port + i - 1 if http_base_port else 0
         broker_dir = data_dir / f"broker-{i}"
         props = {
             "broker.id": str(i),
             "listeners": f"PLAINTEXT://{HOST}:{port}",
+            "http.listeners": f"http://{HOST}:{http_port}",
             "log.dirs": str(broker_dir),
             "zookeeper.connect": f"{zookeeper_connect}{CHROOT}",
             **cluster_defaults(brokers),
@@ -174,7 +187,7 @@ def plan_brokers(brokers: int, data_dir: Path, base_port: int, zookeeper_connect
             BrokerConfig.from_properties({**env_props, **props}, {k: v for k, v in origins.items() if k not in props})
         except ConfigError as e:
             raise ClusterError(f"invalid broker configuration: {e}") from None
-        plans.append(BrokerPlan(i, port, broker_dir, data_dir / f"broker-{i}.log", props))
+        plans.append(BrokerPlan(i, port, broker_dir, data_dir / f"broker-{i}.log", props, http_port))
     return plans
 
 
@@ -204,13 +217,14 @@ def check_ports(zookeeper_port: int, plans: Sequence[BrokerPlan]) -> None:
     """``ClusterError`` naming every port that is already in use, and what to do."""
     wanted = [(zookeeper_port, "ZooKeeper (--zookeeper-port)")]
     wanted += [(p.port, f"broker {p.broker_id} (--base-port)") for p in plans]
+    wanted += [(p.http_port, f"broker {p.broker_id}'s HTTP (--http-base-port)") for p in plans if p.http_port]
     clashes = [f"{port} for {what}" for port, what in wanted if port_in_use(port)]
     if zookeeper_port in {p.port for p in plans}:
         clashes.insert(0, f"{zookeeper_port} is both ZooKeeper's and a broker's")
     if clashes:
         raise ClusterError(
             f"port in use on {HOST}: {'; '.join(clashes)}. Stop what listens there (another `odradek cluster up`?) "
-            "or choose other ports with --base-port / --zookeeper-port"
+            "or choose other ports with --base-port / --zookeeper-port / --http-base-port"
         )
 
 
@@ -392,7 +406,7 @@ def run_up(args: argparse.Namespace) -> int:
     try:
         overrides = parse_overrides(args.override)
         plans = plan_brokers(args.brokers, data_dir, args.base_port, f"{HOST}:{args.zookeeper_port}", overrides,
-                             os.environ)
+                             os.environ, args.http_base_port)
         if not 0 < args.zookeeper_port < 65536:
             raise ClusterError(f"--zookeeper-port {args.zookeeper_port} is not between 1 and 65535")
         check_ports(args.zookeeper_port, plans)

@@ -60,6 +60,9 @@ class ReplicaManager:
         self.on_leadership: Callable[[str, int, bool, int], None] | None = None
         # whether a broker is in controlled shutdown: it is not added back to ISRs it is leaving
         self.is_shutting_down: Callable[[int], bool] = lambda _broker: False
+        # ISR changes this broker made as a leader and wrote (Kafka's IsrShrinksPerSec and IsrExpandsPerSec)
+        self.isr_shrinks = 0
+        self.isr_expands = 0
 
     # -- lookup --------------------------------------------------------------------------------------
 
@@ -251,6 +254,7 @@ class ReplicaManager:
 
     async def _write_isr(self, part: Partition, proposed: LeaderAndIsr) -> None:
         tp = (part.topic, part.index)
+        old_isr = part.state.isr if part.state is not None else ()
         try:
             assert self.isr_writer is not None
             try:
@@ -267,6 +271,10 @@ class ReplicaManager:
                 if part.isr_failed():  # abandoning an expansion may let the high watermark move
                     self.notify(part.topic, part.index)
                 return
+            if len(written.isr) < len(old_isr):
+                self.isr_shrinks += 1
+            elif len(written.isr) > len(old_isr):
+                self.isr_expands += 1
             if part.isr_committed(written):
                 self.notify(part.topic, part.index)
         finally:

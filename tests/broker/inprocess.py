@@ -26,7 +26,8 @@ class InProcessBroker:
         self.thread = threading.Thread(target=self.loop.run_forever, name="broker-loop", daemon=True)
         self.thread.start()
         config = BrokerConfig.from_properties({
-            "log.dirs": str(data), "listeners": f"PLAINTEXT://{LOOPBACK}:0", "num.partitions": "1", **(props or {}),
+            "log.dirs": str(data), "listeners": f"PLAINTEXT://{LOOPBACK}:0", "num.partitions": "1",
+            "http.listeners": "", **(props or {}),  # no HTTP unless asked (tests start many brokers)
         })
         self.server = Server(self.on_loop(lambda: Broker(config)))  # its futures belong to that loop
         self._run(self.server.start())

@@ -62,7 +62,8 @@ class BrokerProcess:
         assert self.proc is None or self.proc.poll() is not None, "already running"
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.port = self.fixed_port if self.fixed_port is not None else free_port()
-        cmd = [sys.executable, "-m", "odradek.cli.main", "serve", "--host", self.host, "--port", str(self.port)]
+        cmd = [sys.executable, "-m", "odradek.cli.main", "serve", "--host", self.host, "--port", str(self.port),
+               "--override", "http.listeners="]  # no HTTP (tests start many brokers; an override may turn it on)
         if not any(item.startswith("log.dirs=") for item in self.overrides):  # else the override names them all
             cmd += ["--data-dir", str(self.data_dir)]
         for item in self.overrides:

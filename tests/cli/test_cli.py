@@ -45,7 +45,8 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = _free_port()
     with open(log_path, "wb") as log_file:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "odradek.cli.main", "serve", "--port", str(port), "--data-dir", str(data)],
+            [sys.executable, "-m", "odradek.cli.main", "serve", "--port", str(port), "--data-dir", str(data),
+             "--override", "http.listeners="],
             cwd=ROOT, env=_env(), stdout=log_file, stderr=subprocess.STDOUT,
         )
         try:

@@ -55,6 +55,9 @@ def test_plan_gives_each_broker_its_id_port_dir_and_the_chrooted_zookeeper(tmp_p
     cmd = cluster.broker_command(plans[1], "DEBUG")
     assert cmd[:6] == [sys.executable, "-m", "odradek.cli.main", "--log-level", "DEBUG", "serve"]
     assert "listeners=PLAINTEXT://127.0.0.1:19093" in cmd and "broker.id=2" in cmd
+    assert [p.properties["http.listeners"] for p in plans] == [f"http://127.0.0.1:{9643 + i}" for i in (1, 2, 3)]
+    assert cluster.plan_brokers(2, tmp_path, 19092, "127.0.0.1:12181", {}, http_base_port=0)[1].properties[
+        "http.listeners"] == "http://127.0.0.1:0"
 
 
 @pytest.mark.parametrize(("brokers", "rf", "min_isr"), [(1, "1", "1"), (2, "2", "2"), (3, "3", "2"), (5, "3", "2")])
@@ -75,7 +78,7 @@ def test_overrides_win_over_the_cluster_defaults(tmp_path: Path) -> None:
 
 
 def run_in_process(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(["cluster", "up", *argv])
+    code = main(["cluster", "up", "--http-base-port", "0", *argv])  # 0: no fixed HTTP ports to collide
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -174,7 +177,8 @@ class ClusterUp:
         env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "odradek.cli.main", "cluster", "up", "--brokers", str(brokers),
-             "--data-dir", str(data_dir), "--base-port", str(self.base_port), "--zookeeper-port", str(self.zk_port)],
+             "--data-dir", str(data_dir), "--base-port", str(self.base_port), "--zookeeper-port", str(self.zk_port),
+             "--http-base-port", "0"],
             cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True,
         )

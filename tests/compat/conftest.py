@@ -32,6 +32,7 @@ OVERRIDES = {
     "log.segment.bytes": str(64 * 1024),
     "log.index.interval.bytes": "1024",
     "num.partitions": "1",
+    "http.listeners": "",  # no HTTP listener: tests start many brokers, the default port would collide
 }
 
 

@@ -518,7 +518,7 @@ def test_an_unreachable_zookeeper_at_start_exits_with_a_clear_message(tmp_path: 
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
     cmd = [sys.executable, "-m", "odradek.cli.main", "serve", "--host", "127.0.0.1", "--port", str(port),
            "--data-dir", str(tmp_path / "data"), "--override", f"zookeeper.connect=127.0.0.1:{closed}",
-           "--override", "zookeeper.connection.timeout.ms=2000"]
+           "--override", "zookeeper.connection.timeout.ms=2000", "--override", "http.listeners="]
     started = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT)

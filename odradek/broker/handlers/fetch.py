@@ -38,6 +38,7 @@ from odradek.broker.authorization import TOPIC_DENIED, denied_topics
 from odradek.broker.context import RawResponse, RequestContext
 from odradek.broker.fetch_session import FetchSession, FetchSessionCache, SessionPartition
 from odradek.broker.handlers import replica_fetch
+from odradek.metrics.broker_metrics import BrokerMetrics
 from odradek.protocol import fetch_response as fr
 from odradek.protocol.entities import millis
 from odradek.protocol.errors import ErrorCode, KafkaError, OffsetOutOfRangeError
@@ -137,6 +138,7 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse:
             b.quotas.unrecord(quota, response.size)
             ctx.throttle_ms = throttle
             return _throttled(cache, session, incremental, v, now, throttle)
+    _count(b.metrics, topics)
     if session is not None:
         for state, pd in sent_states:  # the session remembers what went out
             state.sent_high_watermark = pd.high_watermark
@@ -145,6 +147,22 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse:
         if incremental:  # a new session already expects epoch 1
             session.advance(now)
     return response
+
+
+def _count(metrics: BrokerMetrics, topics: list[fr.TopicData]) -> None:
+    """Per topic of a consumer's fetch that goes out: one fetch request, a failed one if a partition has an error
+    (Kafka's FailedFetchRequestsPerSec), and the bytes of its record sets (BytesOutPerSec)."""
+    for td in topics:
+        stats = metrics.topic(td.name)
+        stats.fetch_requests += 1
+        failed = False
+        for pd in td.partitions:
+            if pd.records is not None:
+                stats.bytes_out += pd.records.length
+            if pd.error_code:
+                failed = True
+        if failed:
+            stats.failed_fetch_requests += 1
 
 
 def _authorize(ctx: RequestContext, wants: list[_Want]) -> None:

@@ -50,10 +50,14 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse | Deferred | 
         if refused:
             return _refused_whole(ctx, request, refused)
         denied = denied_topics(ctx, AclOperation.WRITE, (t.name for t in request.topic_data))
+    metrics = b.metrics
     for topic in request.topic_data:
         parts = []
         known = b.registry.get(topic.name)
         unauthorized = topic.name in denied
+        stats = metrics.topic(topic.name)
+        stats.produce_requests += 1
+        topic_failed = False
         for pd in topic.partition_data:
             result = PartitionResult(pd.index)
             if acks not in (0, 1, -1):
@@ -78,6 +82,8 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse | Deferred | 
             else:
                 try:
                     part, info = b.replicas.append(topic.name, pd.index, pd.records, required_acks=acks)
+                    stats.messages_in += info.record_count
+                    stats.bytes_in += len(pd.records)
                     result.base_offset = info.first_offset
                     result.log_append_time = info.log_append_time
                     result.log_start_offset = part.log.log_start_offset
@@ -90,9 +96,13 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse | Deferred | 
                     result.error_code = e.code
                     result.error_message = e.message
                     log.info("produce to %s-%d from %s refused: %s", topic.name, pd.index, ctx.peer, e.message)
-            if result.error_code and failed is None:
-                failed, failed_topic = result, topic.name
+            if result.error_code:
+                topic_failed = True
+                if failed is None:
+                    failed, failed_topic = result, topic.name
             parts.append(result)
+        if topic_failed:
+            stats.failed_produce_requests += 1
         responses.append((topic.name, parts))
     if waits:  # the appends are done: the connection's next requests need not wait for the replication
         futures = b.replicas.replication_waits([(part, end) for _, part, end in waits])

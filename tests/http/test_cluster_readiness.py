@@ -1,0 +1,93 @@
+"""``/readyz`` and the replication figures of ``/metrics`` in a real 3-broker cluster on ZooKeeper: every broker ready
+once it has the cluster's metadata; a killed follower makes its leaders' partitions under-replicated (an ISR
+shrink), and once it is back and caught up it is ready again (an ISR expansion)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+
+from odradek.cluster.zk.server import ZooKeeperServer
+from tests.cluster.brokers import Cluster, ClusterBroker, serving, wait_until
+from tests.cluster.zk_process import start_zookeeper, unique_chroot
+from tests.http.scrape import get, metrics, value
+
+pytestmark = pytest.mark.slow
+
+TOPIC = "http-ready"
+
+
+@pytest.fixture(scope="module")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    server = start_zookeeper(tmp_path_factory.mktemp("zookeeper"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    c = Cluster(
+        tmp_path_factory.mktemp("http-cluster"),
+        unique_chroot(zookeeper),
+        overrides=["http.listeners=http://127.0.0.1:0"],
+    )
+    yield from serving(c)
+
+
+def http_url(b: ClusterBroker) -> str:
+    """The broker's HTTP address as its log says (the last start's: port 0 is a new port each start)."""
+    b.wait_for_log("HTTP on http://127.0.0.1:")
+    return re.findall(r"HTTP on (http://127\.0\.0\.1:\d+)", b.log())[-1]
+
+
+def ready(b: ClusterBroker) -> bool:
+    try:
+        return get(http_url(b) + "/readyz", timeout=5)[0] == 200
+    except OSError:
+        return False
+
+
+def test_every_broker_is_ready_and_one_is_the_controller(cluster: Cluster) -> None:
+    for b in cluster.each():
+        wait_until(lambda b=b: ready(b), what=f"broker {b.broker_id} ready")
+    controllers = [value(metrics(http_url(b)), "odradek_active_controller") for b in cluster.each()]
+    assert sorted(controllers) == [0, 0, 1]
+    known = {value(metrics(http_url(b)), "odradek_controller_id") for b in cluster.each()}
+    assert known == {cluster.controller_now()}
+
+
+def test_a_killed_follower_shrinks_isrs_and_is_ready_again_once_caught_up(cluster: Cluster) -> None:
+    cluster.create_topic(TOPIC, partitions=3, replication_factor=3)
+    leaders = {cluster.leader(TOPIC, p) for p in range(3)}
+    victim = next(b for b in cluster.each() if b.broker_id != cluster.controller_now())
+    others = [b for b in cluster.each() if b is not victim]
+    victim_leads = victim.broker_id in leaders
+
+    def figures(name: str) -> float:
+        return sum(value(metrics(http_url(b)), name) or 0 for b in others)
+
+    shrinks_before = figures("odradek_isr_shrinks_total")
+    victim.kill()
+    # its partitions' leaders drop it from their ISRs after replica.lag.time.max.ms (3 s here)
+    wait_until(
+        lambda: figures("odradek_under_replicated_partitions") >= 3 - (1 if victim_leads else 0),
+        timeout_s=30,
+        what="under-replicated partitions on the surviving leaders",
+    )
+    assert figures("odradek_isr_shrinks_total") > shrinks_before or victim_leads
+    for b in others:
+        assert ready(b), f"broker {b.broker_id} (not following anything out of its ISR) stays ready"
+
+    expands_before = figures("odradek_isr_expands_total")
+    cluster.start_when_deregistered(victim, timeout_s=30)
+    wait_until(lambda: ready(victim), timeout_s=60, what="the restarted broker ready (caught up)")
+    wait_until(
+        lambda: figures("odradek_under_replicated_partitions") == 0,
+        timeout_s=30,
+        what="no under-replicated partition left",
+    )
+    assert figures("odradek_isr_expands_total") > expands_before
