@@ -36,6 +36,7 @@ from odradek.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from odradek.broker.broker import Broker
+    from odradek.cluster.metadata import Topic
 
 HERE = Path(__file__).parent
 BROKER: web.AppKey[Broker] = web.AppKey("console_broker")
@@ -123,6 +124,18 @@ def _require_cluster_page(request: web.Request, b: Broker) -> None:
         raise _page_denied(e) from None
 
 
+def _page_topic(request: web.Request, operation: AclOperation) -> tuple[Broker, str, Topic]:
+    """The broker, name and topic of a page under ``/topics/{name}``: 403 without ``operation`` on the topic, 404
+    when it does not exist."""
+    b = _broker(request)
+    name = request.match_info["name"]
+    _require_page(request, b, operation, ResourceType.TOPIC, name)
+    topic = b.registry.get(name)
+    if topic is None:
+        raise web.HTTPNotFound(text=f"topic '{name}' does not exist")
+    return b, name, topic
+
+
 async def overview(request: web.Request) -> web.Response:
     b = _broker(request)
     _require_cluster_page(request, b)
@@ -166,12 +179,7 @@ async def topics_page(request: web.Request) -> web.Response:
 
 
 async def topic_page(request: web.Request) -> web.Response:
-    b = _broker(request)
-    name = request.match_info["name"]
-    _require_page(request, b, AclOperation.DESCRIBE, ResourceType.TOPIC, name)
-    topic = b.registry.get(name)
-    if topic is None:
-        raise web.HTTPNotFound(text=f"topic '{name}' does not exist")
+    b, name, topic = _page_topic(request, AclOperation.DESCRIBE)
     return render(
         request,
         "topic.html",
@@ -183,12 +191,7 @@ async def topic_page(request: web.Request) -> web.Response:
 
 
 async def messages_page(request: web.Request) -> web.Response:
-    b = _broker(request)
-    name = request.match_info["name"]
-    _require_page(request, b, AclOperation.READ, ResourceType.TOPIC, name)
-    topic = b.registry.get(name)
-    if topic is None:
-        raise web.HTTPNotFound(text=f"topic '{name}' does not exist")
+    b, name, topic = _page_topic(request, AclOperation.READ)
     q = request.query
     fmt = q.get("format", "text") if q.get("format") in messages.FORMATS else "text"
     error = None
@@ -516,12 +519,7 @@ async def reset_offsets(request: web.Request) -> web.Response:
 
 
 async def tail_events(request: web.Request) -> web.StreamResponse:
-    b = _broker(request)
-    name = request.match_info["name"]
-    _require_page(request, b, AclOperation.READ, ResourceType.TOPIC, name)
-    topic = b.registry.get(name)
-    if topic is None:
-        raise web.HTTPNotFound(text=f"topic '{name}' does not exist")
+    b, name, topic = _page_topic(request, AclOperation.READ)
     try:
         partition = _int(request.query.get("partition"), "partition")
     except ConsoleError as e:
