@@ -117,11 +117,14 @@ def _require_page(
         raise _page_denied(e) from None
 
 
-def _require_cluster_page(request: web.Request, b: Broker) -> None:
+def _cluster_page(request: web.Request) -> Broker:
+    """The broker, for a page of cluster-wide state: 403 without DESCRIBE on the cluster."""
+    b = _broker(request)
     try:
         access.require_cluster(request, b, AclOperation.DESCRIBE)
     except AccessDenied as e:
         raise _page_denied(e) from None
+    return b
 
 
 def _page_topic(request: web.Request, operation: AclOperation) -> tuple[Broker, str, Topic]:
@@ -137,8 +140,7 @@ def _page_topic(request: web.Request, operation: AclOperation) -> tuple[Broker, 
 
 
 async def overview(request: web.Request) -> web.Response:
-    b = _broker(request)
-    _require_cluster_page(request, b)
+    b = _cluster_page(request)
     return render(
         request,
         "overview.html",
@@ -310,8 +312,7 @@ async def group_page(
 
 
 async def transactions_page(request: web.Request) -> web.Response:
-    b = _broker(request)
-    _require_cluster_page(request, b)
+    b = _cluster_page(request)
     return render(
         request,
         "transactions.html",
@@ -324,8 +325,7 @@ async def transactions_page(request: web.Request) -> web.Response:
 
 
 async def security_page(request: web.Request) -> web.Response:
-    b = _broker(request)
-    _require_cluster_page(request, b)
+    b = _cluster_page(request)
     acls = admin.acls(b)
     return render(
         request,
