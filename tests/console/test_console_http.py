@@ -15,6 +15,15 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from odradek.console import messages
+from odradek.security.acl import (
+    AccessControlEntry,
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
 from tests.console.conftest import ConsoleServer
 
 
@@ -403,16 +412,6 @@ def test_tail_ends_when_its_topic_is_deleted(console: ConsoleServer) -> None:
 
 
 def test_acls_are_listed_with_an_authorizer(tmp_path: Any) -> None:
-    from odradek.security.acl import (
-        AccessControlEntry,
-        AclBinding,
-        AclOperation,
-        AclPermissionType,
-        PatternType,
-        ResourcePattern,
-        ResourceType,
-    )
-
     server = ConsoleServer(
         tmp_path,
         {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer", "allow.everyone.if.no.acl.found": "true"},
@@ -514,16 +513,6 @@ def test_stopping_the_console_ends_open_tails_at_once(tmp_path: Any) -> None:
 
 def test_with_an_authorizer_the_console_needs_the_acls_kafka_apis_need(tmp_path: Any) -> None:
     """The console's user here is ANONYMOUS (no HTTP authentication without SASL listeners)."""
-    from odradek.security.acl import (
-        AccessControlEntry,
-        AclBinding,
-        AclOperation,
-        AclPermissionType,
-        PatternType,
-        ResourcePattern,
-        ResourceType,
-    )
-
     server = ConsoleServer(tmp_path, {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"})
     try:
         for name in ("open-a", "open-b", "secret"):
