@@ -120,24 +120,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         metavar="N",
         help="records per second at most; -1 (the default): as fast as possible",
     )
-    prod.add_argument(
-        "--producer-props",
-        nargs="+",
-        action="extend",
-        default=[],
-        metavar="KEY=VALUE",
-        help="producer configs (librdkafka names), e.g. acks=all linger.ms=5",
-    )
-    prod.add_argument(
-        "--producer.config", dest="perf_config", type=Path, metavar="FILE", help="properties file of producer configs"
-    )
-    prod.add_argument(
-        "--reporting-interval",
-        type=_client.positive_int,
-        default=DEFAULT_REPORTING_INTERVAL_MS,
-        metavar="MS",
-        help=f"how often a progress line is printed (default {DEFAULT_REPORTING_INTERVAL_MS})",
-    )
+    _add_config_options(prod, "producer", "producer configs (librdkafka names), e.g. acks=all linger.ms=5")
+    _add_reporting_interval(prod, "how often a progress line is printed")
     _client.add_common_options(prod)
     prod.set_defaults(func=lambda args: _client.run_verb("perf produce", run_produce, args))
 
@@ -177,27 +161,29 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     cons.add_argument(
         "--show-detailed-stats", action="store_true", help="print a line of statistics per --reporting-interval"
     )
-    cons.add_argument(
+    _add_reporting_interval(cons, "interval of --show-detailed-stats")
+    cons.add_argument("--hide-header", action="store_true", help="leave out the header line")
+    _add_config_options(cons, "consumer", "consumer configs (librdkafka names)")
+    _client.add_common_options(cons)
+    cons.set_defaults(func=lambda args: _client.run_verb("perf consume", run_consume, args))
+
+
+def _add_config_options(parser: argparse.ArgumentParser, role: str, props_help: str) -> None:
+    """``--<role>-props`` and ``--<role>.config`` (Kafka's perf-test names), read by ``client_config``."""
+    parser.add_argument(f"--{role}-props", nargs="+", action="extend", default=[], metavar="KEY=VALUE", help=props_help)
+    parser.add_argument(
+        f"--{role}.config", dest="perf_config", type=Path, metavar="FILE", help=f"properties file of {role} configs"
+    )
+
+
+def _add_reporting_interval(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
         "--reporting-interval",
         type=_client.positive_int,
         default=DEFAULT_REPORTING_INTERVAL_MS,
         metavar="MS",
-        help=f"interval of --show-detailed-stats (default {DEFAULT_REPORTING_INTERVAL_MS})",
+        help=f"{what} (default {DEFAULT_REPORTING_INTERVAL_MS})",
     )
-    cons.add_argument("--hide-header", action="store_true", help="leave out the header line")
-    cons.add_argument(
-        "--consumer-props",
-        nargs="+",
-        action="extend",
-        default=[],
-        metavar="KEY=VALUE",
-        help="consumer configs (librdkafka names)",
-    )
-    cons.add_argument(
-        "--consumer.config", dest="perf_config", type=Path, metavar="FILE", help="properties file of consumer configs"
-    )
-    _client.add_common_options(cons)
-    cons.set_defaults(func=lambda args: _client.run_verb("perf consume", run_consume, args))
 
 
 def _throughput(text: str) -> float:

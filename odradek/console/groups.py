@@ -26,6 +26,7 @@ from odradek.cli.groups_reset import Plan, Target, plan_offsets
 from odradek.console.access import AccessDenied
 from odradek.console.errors import ConsoleError
 from odradek.console.messages import offset_for_timestamp, parse_time
+from odradek.console.paging import Listing, page_of
 from odradek.coordinator.group.consumer_protocol import ConsumerProtocolError, decode_assignment
 from odradek.coordinator.group.model import GroupState
 from odradek.protocol.errors import ErrorCode
@@ -106,14 +107,6 @@ def _lag_of(b: Broker, committed: dict[TP, int]) -> int | None:
     return total
 
 
-@dataclass(frozen=True, slots=True)
-class GroupList:
-    rows: list[GroupSummary]
-    total: int  # groups matching the query
-    page: int
-    pages: int
-
-
 PAGE_SIZE = 50
 
 
@@ -124,15 +117,14 @@ def list_groups(
     *,
     page_size: int = PAGE_SIZE,
     visible: Callable[[str], bool] | None = None,
-) -> GroupList:
+) -> Listing[GroupSummary]:
     """A page of the groups whose id contains ``query`` (and that ``visible`` lets through), sorted by id; lag is
     computed for the shown ones only."""
     coord = b.groups.view()
     listed = [g for g in coord.list_groups() if query in g["group_id"] and (visible is None or visible(g["group_id"]))]
-    pages = max((len(listed) + page_size - 1) // page_size, 1)
-    page = min(max(page, 1), pages)
+    shown, page, pages = page_of(listed, page, page_size)
     out = []
-    for g in listed[(page - 1) * page_size : page * page_size]:
+    for g in shown:
         group = coord.groups.get(g["group_id"])
         members = len(group.members) if group is not None else 0
         out.append(
@@ -140,7 +132,7 @@ def list_groups(
                 g["group_id"], g["group_state"], g["protocol_type"], members, _lag_of(b, _committed(b, g["group_id"]))
             )
         )
-    return GroupList(out, len(listed), page, pages)
+    return Listing(out, len(listed), page, pages)
 
 
 def total_lags(b: Broker) -> dict[str, int]:

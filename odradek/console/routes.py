@@ -36,6 +36,7 @@ from odradek.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from odradek.broker.broker import Broker
+    from odradek.cluster.metadata import Topic
 
 HERE = Path(__file__).parent
 BROKER: web.AppKey[Broker] = web.AppKey("console_broker")
@@ -116,16 +117,30 @@ def _require_page(
         raise _page_denied(e) from None
 
 
-def _require_cluster_page(request: web.Request, b: Broker) -> None:
+def _cluster_page(request: web.Request) -> Broker:
+    """The broker, for a page of cluster-wide state: 403 without DESCRIBE on the cluster."""
+    b = _broker(request)
     try:
         access.require_cluster(request, b, AclOperation.DESCRIBE)
     except AccessDenied as e:
         raise _page_denied(e) from None
+    return b
+
+
+def _page_topic(request: web.Request, operation: AclOperation) -> tuple[Broker, str, Topic]:
+    """The broker, name and topic of a page under ``/topics/{name}``: 403 without ``operation`` on the topic, 404
+    when it does not exist."""
+    b = _broker(request)
+    name = request.match_info["name"]
+    _require_page(request, b, operation, ResourceType.TOPIC, name)
+    topic = b.registry.get(name)
+    if topic is None:
+        raise web.HTTPNotFound(text=f"topic '{name}' does not exist")
+    return b, name, topic
 
 
 async def overview(request: web.Request) -> web.Response:
-    b = _broker(request)
-    _require_cluster_page(request, b)
+    b = _cluster_page(request)
     return render(
         request,
         "overview.html",
@@ -166,12 +181,7 @@ async def topics_page(request: web.Request) -> web.Response:
 
 
 async def topic_page(request: web.Request) -> web.Response:
-    b = _broker(request)
-    name = request.match_info["name"]
-    _require_page(request, b, AclOperation.DESCRIBE, ResourceType.TOPIC, name)
-    topic = b.registry.get(name)
-    if topic is None:
-        raise web.HTTPNotFound(text=f"topic '{name}' does not exist")
+    b, name, topic = _page_topic(request, AclOperation.DESCRIBE)
     return render(
         request,
         "topic.html",
@@ -183,12 +193,7 @@ async def topic_page(request: web.Request) -> web.Response:
 
 
 async def messages_page(request: web.Request) -> web.Response:
-    b = _broker(request)
-    name = request.match_info["name"]
-    _require_page(request, b, AclOperation.READ, ResourceType.TOPIC, name)
-    topic = b.registry.get(name)
-    if topic is None:
-        raise web.HTTPNotFound(text=f"topic '{name}' does not exist")
+    b, name, topic = _page_topic(request, AclOperation.READ)
     q = request.query
     fmt = q.get("format", "text") if q.get("format") in messages.FORMATS else "text"
     error = None
@@ -307,8 +312,7 @@ async def group_page(
 
 
 async def transactions_page(request: web.Request) -> web.Response:
-    b = _broker(request)
-    _require_cluster_page(request, b)
+    b = _cluster_page(request)
     return render(
         request,
         "transactions.html",
@@ -321,8 +325,7 @@ async def transactions_page(request: web.Request) -> web.Response:
 
 
 async def security_page(request: web.Request) -> web.Response:
-    b = _broker(request)
-    _require_cluster_page(request, b)
+    b = _cluster_page(request)
     acls = admin.acls(b)
     return render(
         request,
@@ -516,12 +519,7 @@ async def reset_offsets(request: web.Request) -> web.Response:
 
 
 async def tail_events(request: web.Request) -> web.StreamResponse:
-    b = _broker(request)
-    name = request.match_info["name"]
-    _require_page(request, b, AclOperation.READ, ResourceType.TOPIC, name)
-    topic = b.registry.get(name)
-    if topic is None:
-        raise web.HTTPNotFound(text=f"topic '{name}' does not exist")
+    b, name, topic = _page_topic(request, AclOperation.READ)
     try:
         partition = _int(request.query.get("partition"), "partition")
     except ConsoleError as e:

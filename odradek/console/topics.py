@@ -30,6 +30,7 @@ from odradek.broker.handlers.admin_configs import (
 )
 from odradek.console import cluster_view
 from odradek.console.errors import ConsoleError
+from odradek.console.paging import Listing, page_of
 from odradek.protocol.errors import UnknownTopicError
 
 if TYPE_CHECKING:
@@ -57,14 +58,6 @@ class TopicRow:
     size: int | None
     offline: int
     under_replicated: int
-
-
-@dataclass(frozen=True, slots=True)
-class TopicList:
-    rows: list[TopicRow]
-    total: int  # topics matching the query
-    page: int
-    pages: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +99,7 @@ def list_topics(
     page_size: int = PAGE_SIZE,
     visible: Callable[[str], bool] | None = None,
     unhealthy: bool = False,
-) -> TopicList:
+) -> Listing[TopicRow]:
     """A page of the topics whose name contains ``query`` (and that ``visible`` lets through), sorted by name; with
     ``unhealthy`` only those with an offline or under-replicated partition (in-memory state of every partition)."""
     names = sorted(
@@ -116,11 +109,9 @@ def list_topics(
     )
     if unhealthy:
         names = [n for n in names if (t := b.registry.get(n)) is not None and _unhealthy(b, t)]
-    pages = max((len(names) + page_size - 1) // page_size, 1)
-    page = min(max(page, 1), pages)
-    shown = names[(page - 1) * page_size : page * page_size]
+    shown, page, pages = page_of(names, page, page_size)
     rows = [r for r in (_row(b, n) for n in shown) if r is not None]
-    return TopicList(rows, len(names), page, pages)
+    return Listing(rows, len(names), page, pages)
 
 
 def configs(b: Broker, name: str) -> list[ConfigRow]:

@@ -15,18 +15,10 @@ import pytest
 
 from odradek.cluster.zk.client import ZkClient
 from odradek.cluster.zk.server import ZooKeeperServer
-from tests.cluster.zk_process import start_zookeeper, unique_chroot
+from tests.cluster.zk_process import unique_chroot
+from tests.cluster.zk_process import zookeeper as zookeeper
 
 ZkClientFactory = Callable[..., ZkClient]
-
-
-@pytest.fixture(scope="module")
-def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
-    server = start_zookeeper(tmp_path_factory.mktemp("zookeeper"))
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
+import pytest
 from kazoo.client import KazooClient
 
 from odradek.cluster.zk.client import ZkClient
@@ -22,6 +23,17 @@ T = TypeVar("T")
 def start_zookeeper(directory: Path, *, tick_time_ms: int = 500) -> ZooKeeperServer:
     """A running ZooKeeper on a free port; fails (never skips) with the log's tail if it cannot start."""
     return ZooKeeperServer(directory, tick_time_ms=tick_time_ms).start(timeout_s=60.0)
+
+
+@pytest.fixture(scope="module")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    """One ZooKeeper server per test module, stopped at the end: the fixture of ``tests/cluster`` (its conftest
+    imports it) and of any test module elsewhere that imports it (``import zookeeper as zookeeper``)."""
+    server = start_zookeeper(tmp_path_factory.mktemp("zookeeper"))
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def unique_chroot(server: ZooKeeperServer) -> str:

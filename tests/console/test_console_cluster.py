@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from odradek.cluster.zk.server import ZooKeeperServer
-from tests.cluster.zk_process import start_zookeeper, unique_chroot
+from tests.cluster.zk_process import unique_chroot
+from tests.cluster.zk_process import zookeeper as zookeeper
 from tests.console.conftest import ConsoleServer
 
 pytestmark = pytest.mark.slow
@@ -25,15 +26,6 @@ def _wait(condition: Callable[[], Any], what: str, timeout_s: float = 30) -> Any
             return found
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what}")
-
-
-@pytest.fixture(scope="module")
-def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
-    server = start_zookeeper(tmp_path_factory.mktemp("zookeeper"))
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def test_cluster_overview_topic_replicas_and_health(

@@ -15,6 +15,15 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from odradek.console import messages
+from odradek.security.acl import (
+    AccessControlEntry,
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
 from tests.console.conftest import ConsoleServer
 
 
@@ -403,16 +412,6 @@ def test_tail_ends_when_its_topic_is_deleted(console: ConsoleServer) -> None:
 
 
 def test_acls_are_listed_with_an_authorizer(tmp_path: Any) -> None:
-    from odradek.security.acl import (
-        AccessControlEntry,
-        AclBinding,
-        AclOperation,
-        AclPermissionType,
-        PatternType,
-        ResourcePattern,
-        ResourceType,
-    )
-
     server = ConsoleServer(
         tmp_path,
         {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer", "allow.everyone.if.no.acl.found": "true"},
@@ -437,25 +436,29 @@ def test_acls_are_listed_with_an_authorizer(tmp_path: Any) -> None:
         server.close()
 
 
-def test_group_list_is_paginated_and_filtered(console: ConsoleServer) -> None:
-    _create(console, "many-groups", 1)
-    b = console.broker
-    for i in range(55):
-        console.run(
-            b.groups.call(
-                lambda c, ticket, now, i=i: c.commit(
-                    ticket,
-                    group_id=f"paged-{i:02d}",
-                    generation_id=-1,
-                    member_id="",
-                    group_instance_id=None,
-                    offsets=[("many-groups", 0, 0, -1, "")],
-                    retention_ms=-1,
-                    partition_exists=lambda t, p: True,
-                    now=now,
-                )
+def _commit_offset(server: ConsoleServer, group: str, topic: str) -> None:
+    """Commit offset 0 of ``topic``'s partition 0 for ``group`` (a group without members, as an admin client does)."""
+    server.run(
+        server.broker.groups.call(
+            lambda c, ticket, now: c.commit(
+                ticket,
+                group_id=group,
+                generation_id=-1,
+                member_id="",
+                group_instance_id=None,
+                offsets=[(topic, 0, 0, -1, "")],
+                retention_ms=-1,
+                partition_exists=lambda t, p: True,
+                now=now,
             )
         )
+    )
+
+
+def test_group_list_is_paginated_and_filtered(console: ConsoleServer) -> None:
+    _create(console, "many-groups", 1)
+    for i in range(55):
+        _commit_offset(console, f"paged-{i:02d}", "many-groups")
     status, body = console.get("/groups?q=paged-")
     assert status == 200 and _rows(body, "data-group") == [f"paged-{i:02d}" for i in range(50)]
     assert "page 1 of 2" in body
@@ -510,16 +513,6 @@ def test_stopping_the_console_ends_open_tails_at_once(tmp_path: Any) -> None:
 
 def test_with_an_authorizer_the_console_needs_the_acls_kafka_apis_need(tmp_path: Any) -> None:
     """The console's user here is ANONYMOUS (no HTTP authentication without SASL listeners)."""
-    from odradek.security.acl import (
-        AccessControlEntry,
-        AclBinding,
-        AclOperation,
-        AclPermissionType,
-        PatternType,
-        ResourcePattern,
-        ResourceType,
-    )
-
     server = ConsoleServer(tmp_path, {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"})
     try:
         for name in ("open-a", "open-b", "secret"):
@@ -573,21 +566,7 @@ def test_with_an_authorizer_the_console_needs_the_acls_kafka_apis_need(tmp_path:
 def test_group_ids_with_any_characters_have_working_links(console: ConsoleServer) -> None:
     _create(console, "odd-ids", 1)
     group = "team/a b?&<x>"
-    console.run(
-        console.broker.groups.call(
-            lambda c, ticket, now: c.commit(
-                ticket,
-                group_id=group,
-                generation_id=-1,
-                member_id="",
-                group_instance_id=None,
-                offsets=[("odd-ids", 0, 0, -1, "")],
-                retention_ms=-1,
-                partition_exists=lambda t, p: True,
-                now=now,
-            )
-        )
-    )
+    _commit_offset(console, group, "odd-ids")
     status, body = console.get("/groups?q=team")
     link = re.search(r'<a href="(/groups/[^"]+)">', body)
     assert status == 200 and link and "&lt;x&gt;" in body and "<x>" not in body

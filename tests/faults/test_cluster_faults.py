@@ -36,8 +36,8 @@ from odradek.protocol.errors import KafkaError as OdradekError
 from odradek.protocol.records import decode_records, iter_batches
 from tests.broker.process import REPO_ROOT, free_port
 from tests.cluster.brokers import Cluster, ClusterBroker, wait_until
-from tests.cluster.conftest import zookeeper  # noqa: F401  (the module's ZooKeeper server)
 from tests.cluster.zk_process import unique_chroot
+from tests.cluster.zk_process import zookeeper as zookeeper  # the module's ZooKeeper server
 
 pytestmark = pytest.mark.slow
 
@@ -52,7 +52,7 @@ Acked = tuple[int, int, bytes]  # (partition, offset, value)
 
 
 @pytest.fixture(scope="module")
-def cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:  # noqa: F811
+def cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     c = Cluster(tmp_path_factory.mktemp("faults"), unique_chroot(zookeeper)).start()
     try:
         yield c

@@ -11,21 +11,13 @@ import pytest
 
 from odradek.cluster.zk.server import ZooKeeperServer
 from tests.cluster.brokers import Cluster, ClusterBroker, serving, wait_until
-from tests.cluster.zk_process import start_zookeeper, unique_chroot
+from tests.cluster.zk_process import unique_chroot
+from tests.cluster.zk_process import zookeeper as zookeeper
 from tests.http.scrape import get, metrics, value
 
 pytestmark = pytest.mark.slow
 
 TOPIC = "http-ready"
-
-
-@pytest.fixture(scope="module")
-def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
-    server = start_zookeeper(tmp_path_factory.mktemp("zookeeper"))
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")
