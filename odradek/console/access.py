@@ -18,10 +18,12 @@ produce                       WRITE on the topic (Produce)
 group page, reset dry run     DESCRIBE on the group (DescribeGroups, OffsetFetch)
 reset (execute)               READ on the group and on each topic (OffsetCommit)
 abort a hanging transaction   ALTER on the cluster (WriteTxnMarkers from an operator)
+set / remove a client quota   ALTER_CONFIGS on the cluster (AlterClientQuotas)
+add / remove an ACL           ALTER on the cluster (CreateAcls, DeleteAcls)
 ============================  =====================================================================
 
 Without an authorizer everything is allowed (as for Kafka requests). The overview, transactions, quotas and ACLs
-pages are cluster-wide read-only views: with an authorizer they need DESCRIBE on the cluster.
+pages are cluster-wide views: with an authorizer they need DESCRIBE on the cluster.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Transactions, producers, client quotas and ACLs as the console lists them (read-only views).
+"""Transactions, producers, client quotas and ACLs as the console lists them, and the changes it makes to them.
 
 - Transactions: the transaction coordinator's ids (``broker.txns.view()``: ListTransactions and
   DescribeTransactions' data), and the producers with an open transaction in the partitions this broker leads
@@ -11,6 +11,12 @@
   ``kafka-transactions.sh abort --start-offset`` does, through ``Broker.append_txn_marker`` (WriteTxnMarkers' path);
   in a cluster it counts once every in-sync replica has it.
 - Quotas: ``Broker.client_quota_configs``; ACLs: the authorizer's bindings (None when no authorizer is set).
+- Changing a quota is one AlterClientQuotas entry through the handler's own ``alter_entity`` (same validation and
+  messages, cluster-wide through ``Broker.alter_client_quota``); an entity is named as kafka-configs names it, a
+  user and/or a client-id (or an ip), ``<default>`` for the default entity of a type.
+- Adding and removing an ACL go through the broker's ``AclStore.create``/``delete``, CreateAcls' and DeleteAcls'
+  path (Kafka's validation of a binding; in a cluster ZooKeeper's znodes and change notifications); a removal
+  names one binding exactly. Without an authorizer both are refused, as Kafka answers SECURITY_DISABLED.
 
 Invariants: in-memory state only; the producer scan visits each local partition once per view of the
 transactions page (no disk reads).
@@ -21,10 +27,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from odradek.broker.handlers.acls import NO_AUTHORIZER
+from odradek.broker.handlers.client_quotas import QuotaOp, alter_entity
 from odradek.cli.transactions import OpenTransaction, hanging, open_candidates
 from odradek.console.errors import ConsoleError
 from odradek.protocol.errors import ErrorCode
+from odradek.quota import entity as qe
 from odradek.quota.entity import describe as describe_entity
+from odradek.security.acl import (
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
 
 if TYPE_CHECKING:
     from odradek.broker.broker import Broker
@@ -166,11 +185,63 @@ async def abort_transaction(b: Broker, topic: str, partition: int, start_offset:
 class QuotaRow:
     entity: str
     configs: tuple[tuple[str, str], ...]
+    names: tuple[tuple[str, str], ...] = ()  # (form field, name) per component: what names the entity in a form
+
+
+QUOTA_FIELDS = {qe.USER: "user", qe.CLIENT_ID: "client_id", qe.IP: "ip"}  # entity type -> form field
+QUOTA_KEYS = (*qe.CLIENT_KEYS, *qe.IP_KEYS)
 
 
 def quotas(b: Broker) -> list[QuotaRow]:
-    rows = [QuotaRow(describe_entity(e), tuple(sorted(c.items()))) for e, c in b.client_quota_configs().items()]
+    rows = [
+        QuotaRow(
+            describe_entity(e),
+            tuple(sorted(c.items())),
+            tuple((QUOTA_FIELDS[t], qe.DEFAULT_NAME if n is None else n) for t, n in e),
+        )
+        for e, c in b.client_quota_configs().items()
+    ]
     return sorted(rows, key=lambda r: r.entity)
+
+
+def quota_components(form: dict[str, str]) -> list[tuple[str, str | None]]:
+    """The entity a form names: each of its ``user``, ``client_id`` and ``ip`` fields that is filled in, ``<default>``
+    for the type's default entity; ``ConsoleError`` when none is."""
+    components = []
+    for entity_type, field in QUOTA_FIELDS.items():
+        name = form.get(field, "").strip()
+        if name:
+            components.append((entity_type, None if name == qe.DEFAULT_NAME else name))
+    if not components:
+        raise ConsoleError(f"name the entity: a user and/or a client-id (or an ip); {qe.DEFAULT_NAME} for the "
+                           "default entity")
+    return components
+
+
+async def set_quota(b: Broker, form: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """Set ``key`` to ``value`` for the entity the form names (AlterClientQuotas' validation): the entity's
+    description and its configs now."""
+    components = quota_components(form)
+    key = form.get("key", "").strip()
+    text = form.get("value", "").strip()
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConsoleError(f"{key or 'the quota'} must be a number, got {text!r}") from None
+    e, configs = await alter_entity(b, b.client_quota_configs(), components, [QuotaOp(key, value)])
+    return describe_entity(e), configs
+
+
+async def remove_quota(b: Broker, form: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """Remove ``key`` from the entity the form names (refused when it is not set there, as kafka-configs refuses)."""
+    components = quota_components(form)
+    key = form.get("key", "").strip()
+    stored = b.client_quota_configs()
+    e = qe.entity(components)
+    if key in qe.keys_for(e) and key not in stored.get(e, {}):
+        raise ConsoleError(f"{key} is not set for {describe_entity(e)}")
+    e, configs = await alter_entity(b, stored, components, [QuotaOp(key, 0.0, remove=True)])
+    return describe_entity(e), configs
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,3 +272,70 @@ def acls(b: Broker) -> list[AclRow] | None:
         for x in b.authorizer.acls()
     ]
     return sorted(rows, key=lambda r: (r.resource_type, r.name, r.principal, r.operation))
+
+
+ACL_RESOURCE_TYPES = tuple(t.name for t in ResourceType if t not in (ResourceType.UNKNOWN, ResourceType.ANY))
+ACL_OPERATIONS = tuple(o.name for o in AclOperation if o not in (AclOperation.UNKNOWN, AclOperation.ANY))
+ACL_PERMISSIONS = (AclPermissionType.ALLOW.name, AclPermissionType.DENY.name)
+ACL_PATTERN_TYPES = (PatternType.LITERAL.name, PatternType.PREFIXED.name)
+
+
+def _parse(kind: Any, form: dict[str, str], field: str, what: str, names: tuple[str, ...]) -> Any:
+    """The member of ``kind`` a form field names, one of ``names`` (never ANY or MATCH: a removal names one
+    binding)."""
+    text = form.get(field, "")
+    try:
+        member = kind.parse(text)
+    except ValueError:
+        member = None
+    if member is None or member.name not in names:
+        raise ConsoleError(f"unknown {what} {text!r}: use {', '.join(names)}")
+    return member
+
+
+def acl_binding(form: dict[str, str]) -> AclBinding:
+    """The binding a form names (host ``*`` when left empty); what Kafka refuses in it is the store's to say."""
+    return AclBinding(
+        ResourcePattern(
+            _parse(ResourceType, form, "resource_type", "resource type", ACL_RESOURCE_TYPES),
+            form.get("name", "").strip(),
+            _parse(PatternType, form, "pattern_type", "pattern type", ACL_PATTERN_TYPES),
+        ),
+        AccessControlEntry(
+            form.get("principal", "").strip(),
+            form.get("host", "").strip() or "*",
+            _parse(AclOperation, form, "operation", "operation", ACL_OPERATIONS),
+            _parse(AclPermissionType, form, "permission", "permission", ACL_PERMISSIONS),
+        ),
+    )
+
+
+def _store(b: Broker) -> Any:
+    if b.acl_store is None:
+        raise ConsoleError(f"{NO_AUTHORIZER} (authorizer.class.name): there are no ACLs to change")
+    return b.acl_store
+
+
+async def add_acl(b: Broker, form: dict[str, str]) -> AclBinding:
+    """Create the binding the form names (CreateAcls' path); ``ConsoleError`` with Kafka's message if refused."""
+    store = _store(b)
+    binding = acl_binding(form)
+    [error] = await store.create([binding])
+    if error is not None:
+        raise ConsoleError(error.message)
+    return binding
+
+
+async def remove_acl(b: Broker, form: dict[str, str]) -> AclBinding:
+    """Delete exactly the binding the form names (DeleteAcls' path, with a filter that matches only it)."""
+    store = _store(b)
+    binding = acl_binding(form)
+    p, e = binding.pattern, binding.entry
+    selector = AclBindingFilter(p.resource_type, p.name, p.pattern_type, e.principal, e.host, e.operation, e.permission)
+    [deleted] = await store.delete([selector])
+    if not deleted:
+        raise ConsoleError(f"no such ACL: {p} {e}")
+    for _, error in deleted:
+        if error is not None:
+            raise ConsoleError(error.message)
+    return binding

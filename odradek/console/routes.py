@@ -32,7 +32,8 @@ from odradek.console.access import AccessDenied
 from odradek.console.errors import ConsoleError
 from odradek.console.lag_history import LagHistory, chart_svg
 from odradek.protocol.errors import KafkaError
-from odradek.security.acl import AclOperation, ResourceType
+from odradek.quota.entity import DEFAULT_NAME
+from odradek.security.acl import CLUSTER_NAME, AclBinding, AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from odradek.broker.broker import Broker
@@ -333,6 +334,14 @@ async def security_page(request: web.Request) -> web.Response:
         quotas=admin.quotas(b)[:MAX_ROWS],
         acls=None if acls is None else acls[:MAX_ROWS],
         max_rows=MAX_ROWS,
+        may_alter_quotas=access.allowed(request, b, AclOperation.ALTER_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME),
+        may_alter_acls=access.allowed(request, b, AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME),
+        quota_keys=admin.QUOTA_KEYS,
+        default_name=DEFAULT_NAME,
+        resource_types=admin.ACL_RESOURCE_TYPES,
+        operations=admin.ACL_OPERATIONS,
+        permissions=admin.ACL_PERMISSIONS,
+        pattern_types=admin.ACL_PATTERN_TYPES,
     )
 
 
@@ -477,6 +486,39 @@ async def abort_transaction(request: web.Request, b: Broker, form: dict[str, str
     )
 
 
+async def set_quota(request: web.Request, b: Broker, form: dict[str, str]) -> tuple[str, str, dict[str, Any]]:
+    access.require_cluster(request, b, AclOperation.ALTER_CONFIGS)  # AlterClientQuotas
+    entity, configs = await admin.set_quota(b, form)
+    key = form.get("key", "").strip()
+    return "/security", f"set {key}={configs[key]} for {entity}", {"entity": entity, "configs": configs}
+
+
+async def remove_quota(request: web.Request, b: Broker, form: dict[str, str]) -> tuple[str, str, dict[str, Any]]:
+    access.require_cluster(request, b, AclOperation.ALTER_CONFIGS)  # AlterClientQuotas
+    entity, configs = await admin.remove_quota(b, form)
+    return "/security", f"removed {form.get('key', '').strip()} from {entity}", {"entity": entity, "configs": configs}
+
+
+def _acl_text(binding: AclBinding) -> str:
+    p, e = binding.pattern, binding.entry
+    return (
+        f"{e.permission.name} {e.principal} {e.operation.name} from host {e.host} on {p.resource_type.name} "
+        f"{p.pattern_type.name} '{p.name}'"
+    )
+
+
+async def add_acl(request: web.Request, b: Broker, form: dict[str, str]) -> tuple[str, str, dict[str, Any]]:
+    access.require_cluster(request, b, AclOperation.ALTER)  # CreateAcls
+    binding = await admin.add_acl(b, form)
+    return "/security", f"added ACL: {_acl_text(binding)}", {}
+
+
+async def remove_acl(request: web.Request, b: Broker, form: dict[str, str]) -> tuple[str, str, dict[str, Any]]:
+    access.require_cluster(request, b, AclOperation.ALTER)  # DeleteAcls
+    binding = await admin.remove_acl(b, form)
+    return "/security", f"removed ACL: {_acl_text(binding)}", {}
+
+
 async def reset_offsets(request: web.Request) -> web.Response:
     """Dry run (the default) or ``execute``: the group page with the plan, or JSON."""
     b = _broker(request)
@@ -563,5 +605,9 @@ def add_routes(app: web.Application) -> None:
     r.add_post("/api/topics/{name}/produce", action(produce, lambda rq: _topic_path(rq) + "/messages"))
     r.add_post("/api/groups/{group}/reset", reset_offsets)
     r.add_post("/api/transactions/abort", action(abort_transaction, lambda _r: "/transactions"))
+    r.add_post("/api/quotas", action(set_quota, lambda _r: "/security"))
+    r.add_post("/api/quotas/remove", action(remove_quota, lambda _r: "/security"))
+    r.add_post("/api/acls", action(add_acl, lambda _r: "/security"))
+    r.add_post("/api/acls/remove", action(remove_acl, lambda _r: "/security"))
     r.add_get("/api/topics/{name}/tail", tail_events)
     r.add_static("/static/", HERE / "static", append_version=False)

@@ -156,3 +156,54 @@ def test_group_page_shows_lag_chart_and_dry_run(page: Any, console: ConsoleServe
     assert page.locator('#reset-plan tr[data-tp="consumed-0"] [data-k="new"]').inner_text() == "10"
     assert page.locator('#offsets tr[data-tp="consumed-0"] [data-k="committed"]').inner_text() == "6"
     _shot(page, tmp_path, "group")
+
+
+def test_add_and_remove_an_acl_from_the_form(browser: Any, tmp_path: Path) -> None:
+    from odradek.security.acl import AclOperation, ResourceType
+
+    (tmp_path / "broker").mkdir()
+    server = ConsoleServer(
+        tmp_path / "broker",
+        {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer", "allow.everyone.if.no.acl.found": "true"},
+    )
+    context = browser.new_context(base_url=server.url, viewport={"width": 1280, "height": 900})
+    try:
+        page = context.new_page()
+        page.set_default_timeout(15_000)
+        authorizer = server.broker.authorizer
+        assert authorizer is not None
+        page.goto("/security")
+        form = page.locator("#add-acl")
+        assert form.locator('[name="host"]').input_value() == "*"
+        form.locator('[name="principal"]').fill("User:alice")
+        form.locator('[name="operation"]').select_option("WRITE")
+        form.locator('[name="permission"]').select_option("ALLOW")
+        form.locator('[name="resource_type"]').select_option("TOPIC")
+        form.locator('[name="name"]').fill("payments")
+        form.locator('[name="pattern_type"]').select_option("LITERAL")
+        form.locator("button").click()
+        page.wait_for_url("**/security?notice=*")
+        assert page.locator(".notice").inner_text() == (
+            "added ACL: ALLOW User:alice WRITE from host * on TOPIC LITERAL 'payments'"
+        )
+        row = page.locator('#acls tr[data-acl="TOPIC payments LITERAL User:alice * WRITE ALLOW"]')
+        assert row.count() == 1
+        assert authorizer.authorize("alice", "127.0.0.1", AclOperation.WRITE, ResourceType.TOPIC, "payments")
+        assert not authorizer.authorize("bob", "127.0.0.1", AclOperation.WRITE, ResourceType.TOPIC, "payments")
+        _shot(page, tmp_path, "acl-added")
+        # a mistake comes back as the broker's message on the page
+        form = page.locator("#add-acl")
+        form.locator('[name="principal"]').fill("alice")
+        form.locator('[name="name"]').fill("payments")
+        form.locator("button").click()
+        page.wait_for_url("**/security?error=*")
+        assert "Invalid principal" in page.locator(".error").inner_text()
+        assert len(authorizer.acls()) == 1
+        page.locator('#acls tr[data-acl="TOPIC payments LITERAL User:alice * WRITE ALLOW"] button').click()
+        page.wait_for_url("**/security?notice=removed*")
+        assert page.locator("#acls tr[data-acl]").count() == 0
+        assert authorizer.acls() == []
+        _shot(page, tmp_path, "acl-removed")
+    finally:
+        context.close()
+        server.close()

@@ -572,3 +572,201 @@ def test_group_ids_with_any_characters_have_working_links(console: ConsoleServer
     assert status == 200 and link and "&lt;x&gt;" in body and "<x>" not in body
     status, body = console.get(html.unescape(link.group(1)))
     assert status == 200 and re.search(r'id="group-id">team/a b\?&amp;&lt;x&gt;<', body)
+
+
+# -- managing quotas and ACLs -------------------------------------------------------------------------------
+
+
+def _quota_configs(server: ConsoleServer, *components: tuple[str, str | None]) -> dict[str, str]:
+    from odradek.quota.entity import entity
+
+    return server.broker.client_quota_configs().get(entity(components), {})
+
+
+def test_quotas_are_set_and_removed_from_the_console(
+    console: ConsoleServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from odradek.cli.main import main
+
+    status, doc = console.post("/api/quotas", {"user": "carol", "key": "producer_byte_rate", "value": "2048"})
+    assert status == 200 and doc["configs"] == {"producer_byte_rate": "2048"}
+    assert doc["message"] == "set producer_byte_rate=2048 for user 'carol'"
+    status, doc = console.post(
+        "/api/quotas", {"user": "carol", "client_id": "<default>", "key": "request_percentage", "value": "50"}
+    )
+    assert status == 200 and _quota_configs(console, ("user", "carol"), ("client-id", None)) == {
+        "request_percentage": "50.0"
+    }
+    status, body = console.get("/security")
+    m = re.search(r'<tr data-entity="user &#39;carol&#39;">(.*?)</tr>', body, re.S)
+    assert status == 200 and m and "producer_byte_rate = 2048" in m.group(1) and 'class="remove-quota' in m.group(1)
+    assert 'id="set-quota"' in body
+    # a real client sees it through DescribeClientQuotas (kafka-python, as `odradek configs describe` sends it)
+    capsys.readouterr()
+    argv = ["configs", "describe", "--bootstrap-server", console.bootstrap, "--entity-type", "users"]
+    assert main([*argv, "--entity-name", "carol"]) == 0
+    assert capsys.readouterr().out.strip() == "Quota configs for user-principal 'carol' are producer_byte_rate=2048.0"
+    # mistakes: the AlterClientQuotas handler's own messages, and nothing changes
+    for fields, message in (
+        ({"value": "-5"}, "producer_byte_rate must be a positive number, got -5.0"),
+        ({"value": "1.5"}, "producer_byte_rate must be a whole number, got 1.5"),
+        ({"value": "lots"}, "producer_byte_rate must be a number, got 'lots'"),
+        ({"key": "bytes_per_day"}, "'bytes_per_day' is not a quota config of user 'carol'"),
+        ({"ip": "10.0.0.1"}, "a quota entity is a user, a client-id, a user with a client-id, or an ip"),
+        ({"user": ""}, "name the entity"),
+    ):
+        form = {"user": "carol", "key": "producer_byte_rate", "value": "4096", **fields}
+        status, doc = console.post("/api/quotas", form)
+        assert status == 400 and doc["ok"] is False and message in doc["error"], (fields, doc)
+    assert _quota_configs(console, ("user", "carol")) == {"producer_byte_rate": "2048"}
+    # a plain form post goes back to the page, which shows the error
+    req = http.client.HTTPConnection("127.0.0.1", console.port, timeout=30)
+    req.request(
+        "POST",
+        "/api/quotas",
+        "user=carol&key=producer_byte_rate&value=-1",
+        {"Content-Type": "application/x-www-form-urlencoded"},
+    )
+    r = req.getresponse()
+    location = r.getheader("Location")
+    assert r.status == 303 and location.startswith("/security?error=")
+    req.close()
+    status, body = console.get(location)
+    assert status == 200 and '<p class="error" role="alert">producer_byte_rate must be a positive number' in body
+    # remove, per key
+    status, doc = console.post("/api/quotas/remove", {"user": "carol", "key": "producer_byte_rate"})
+    assert status == 200 and doc["configs"] == {} and _quota_configs(console, ("user", "carol")) == {}
+    status, doc = console.post("/api/quotas/remove", {"user": "carol", "key": "producer_byte_rate"})
+    assert status == 400 and doc["error"] == "producer_byte_rate is not set for user 'carol'"
+    assert 'data-entity="user &#39;carol&#39;"' not in console.get("/security")[1]
+    status, doc = console.post(
+        "/api/quotas/remove", {"user": "carol", "client_id": "<default>", "key": "request_percentage"}
+    )
+    assert status == 200 and _quota_configs(console, ("user", "carol"), ("client-id", None)) == {}
+
+
+def test_cross_site_quota_and_acl_posts_are_refused(console: ConsoleServer) -> None:
+    evil = {"Origin": "http://evil.example"}
+    form = {"user": "mallory", "key": "producer_byte_rate", "value": "1"}
+    assert console.post("/api/quotas", form, headers=evil)[0] == 403
+    assert _quota_configs(console, ("user", "mallory")) == {}
+    acl = {"principal": "User:mallory", "operation": "ALL", "permission": "ALLOW", "resource_type": "TOPIC",
+           "name": "*", "pattern_type": "LITERAL"}
+    assert console.post("/api/acls", acl, headers=evil)[0] == 403
+    assert console.post("/api/acls/remove", acl, headers=evil)[0] == 403
+
+
+def test_acls_cannot_be_managed_without_an_authorizer(console: ConsoleServer) -> None:
+    status, body = console.get("/security")
+    assert status == 200 and 'id="no-authorizer"' in body and 'id="add-acl"' not in body
+    acl = {"principal": "User:alice", "operation": "READ", "permission": "ALLOW", "resource_type": "TOPIC",
+           "name": "t", "pattern_type": "LITERAL"}
+    status, doc = console.post("/api/acls", acl)
+    assert status == 400 and doc["error"].startswith("No Authorizer is configured on the broker")
+
+
+def test_acls_are_added_and_removed_from_the_console(tmp_path: Any) -> None:
+    from confluent_kafka.admin import AclBindingFilter as ClientFilter
+    from confluent_kafka.admin import AclOperation as ClientOperation
+    from confluent_kafka.admin import AclPermissionType as ClientPermission
+    from confluent_kafka.admin import AdminClient, ResourcePatternType
+    from confluent_kafka.admin import ResourceType as ClientResourceType
+
+    server = ConsoleServer(
+        tmp_path,
+        {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer", "allow.everyone.if.no.acl.found": "true"},
+    )
+    try:
+        authorizer = server.broker.authorizer
+        assert authorizer is not None
+        status, body = server.get("/security")
+        assert status == 200 and 'id="add-acl"' in body
+        assert authorizer.authorize("bob", "10.0.0.9", AclOperation.READ, ResourceType.TOPIC, "orders-1")
+        acl = {"principal": "User:alice", "host": "", "operation": "READ", "permission": "ALLOW",
+               "resource_type": "TOPIC", "name": "orders-", "pattern_type": "PREFIXED"}
+        status, doc = server.post("/api/acls", acl)
+        assert status == 200 and doc["message"] == (
+            "added ACL: ALLOW User:alice READ from host * on TOPIC PREFIXED 'orders-'"
+        )
+        # enforced: alice may read the topics it covers; bob, who may do anything where no ACL applies, may not
+        assert authorizer.authorize("alice", "10.0.0.9", AclOperation.READ, ResourceType.TOPIC, "orders-1")
+        assert not authorizer.authorize("alice", "10.0.0.9", AclOperation.WRITE, ResourceType.TOPIC, "orders-1")
+        assert not authorizer.authorize("bob", "10.0.0.9", AclOperation.READ, ResourceType.TOPIC, "orders-1")
+        # listed on the page, and by a real client's DescribeAcls
+        status, body = server.get("/security")
+        row = re.search(r'<tr data-acl="TOPIC orders- PREFIXED User:alice \* READ ALLOW">(.*?)</tr>', body, re.S)
+        assert status == 200 and row and 'action="/api/acls/remove"' in row.group(1)
+        admin_client = AdminClient({"bootstrap.servers": server.bootstrap})
+        described = admin_client.describe_acls(
+            ClientFilter(ClientResourceType.ANY, None, ResourcePatternType.ANY, None, None, ClientOperation.ANY,
+                         ClientPermission.ANY)
+        ).result(timeout=30)
+        assert [(b.name, b.principal, b.host, b.operation.name, b.permission_type.name) for b in described] == [
+            ("orders-", "User:alice", "*", "READ", "ALLOW")
+        ]
+        # what Kafka refuses is refused with its message, and nothing is added
+        for fields, message in (
+            ({"principal": "alice"}, "Invalid principal: expected a string in format principalType:principalName"),
+            ({"resource_type": "CLUSTER", "name": "c"}, "The only valid name for the CLUSTER resource is"),
+            ({"name": ""}, "Invalid empty resource name"),
+            ({"operation": "FLY"}, "unknown operation 'FLY'"),
+            ({"pattern_type": "MATCH"}, "unknown pattern type 'MATCH'"),
+        ):
+            status, doc = server.post("/api/acls", {**acl, **fields})
+            assert status == 400 and message in doc["error"], (fields, doc)
+        assert len(authorizer.acls()) == 1
+        # removed: exactly that binding
+        other = {**acl, "permission": "DENY", "principal": "User:carl"}
+        assert server.post("/api/acls", other)[0] == 200
+        status, doc = server.post("/api/acls/remove", {**acl, "host": "*"})
+        assert status == 200 and doc["message"].startswith("removed ACL: ALLOW User:alice READ")
+        assert [b.entry.principal for b in authorizer.acls()] == ["User:carl"]
+        assert server.post("/api/acls/remove", {**acl, "host": "*"}) == (
+            400, {"ok": False, "error": "no such ACL: ResourcePattern(resourceType=TOPIC, name=orders-, "
+                  "patternType=PREFIXED) (principal=User:alice, host=*, operation=READ, permissionType=ALLOW)"})
+        assert server.post("/api/acls/remove", other)[0] == 200
+        assert authorizer.acls() == []
+        assert authorizer.authorize("bob", "10.0.0.9", AclOperation.READ, ResourceType.TOPIC, "orders-1")
+        assert "No ACLs." in server.get("/security")[1]
+    finally:
+        server.close()
+
+
+def test_managing_quotas_and_acls_needs_the_acls_kafka_apis_need(tmp_path: Any) -> None:
+    """CreateAcls/DeleteAcls need ALTER on the cluster, AlterClientQuotas ALTER_CONFIGS; the user is ANONYMOUS."""
+    server = ConsoleServer(tmp_path, {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"})
+    try:
+        store, authorizer = server.broker.acl_store, server.broker.authorizer
+        assert store is not None and authorizer is not None
+
+        def grant(op: AclOperation) -> None:
+            binding = AclBinding(
+                ResourcePattern(ResourceType.CLUSTER, "kafka-cluster", PatternType.LITERAL),
+                AccessControlEntry("User:ANONYMOUS", "*", op, AclPermissionType.ALLOW),
+            )
+            assert server.run(store.create([binding])) == [None]
+
+        grant(AclOperation.DESCRIBE)
+        status, body = server.get("/security")
+        assert status == 200 and 'id="add-acl"' not in body and 'id="set-quota"' not in body
+        acl = {"principal": "User:eve", "operation": "ALL", "permission": "ALLOW", "resource_type": "TOPIC",
+               "name": "*", "pattern_type": "LITERAL"}
+        status, doc = server.post("/api/acls", acl)
+        assert status == 403 and doc["error"] == "User:ANONYMOUS may not ALTER the cluster"
+        assert len(authorizer.acls()) == 1
+        quota = {"user": "eve", "key": "consumer_byte_rate", "value": "100"}
+        status, doc = server.post("/api/quotas", quota)
+        assert status == 403 and doc["error"] == "User:ANONYMOUS may not ALTER_CONFIGS the cluster"
+        assert server.post("/api/quotas/remove", quota)[0] == 403
+        assert _quota_configs(server, ("user", "eve")) == {}
+        grant(AclOperation.ALTER)
+        assert 'id="add-acl"' in server.get("/security")[1]
+        assert server.post("/api/acls", acl)[0] == 200 and len(authorizer.acls()) == 3
+        assert server.post("/api/acls/remove", acl)[0] == 200 and len(authorizer.acls()) == 2
+        assert server.post("/api/quotas", quota)[0] == 403
+        grant(AclOperation.ALTER_CONFIGS)
+        assert 'id="set-quota"' in server.get("/security")[1]
+        assert server.post("/api/quotas", quota)[0] == 200
+        assert _quota_configs(server, ("user", "eve")) == {"consumer_byte_rate": "100"}
+    finally:
+        server.close()

@@ -6,7 +6,8 @@ an exact name (0), the type's default (1) or any name of it, default included (2
 entities with no other component. Alter applies each entry's ops (set a key, or ``remove`` it) on top of the
 entity's stored configs; the entity's result set replaces them, cluster-wide (ZooKeeper's ``/config/users``,
 ``/config/clients``, ``/config/ips`` in a cluster, the metadata file on a single node), and every broker
-applies it at once (``Broker.alter_client_quota``).
+applies it at once (``Broker.alter_client_quota``). One entry's validation and change is ``alter_entity``,
+which the web console's quota forms call as well.
 
 Authorization, as Kafka's: Describe needs DESCRIBE_CONFIGS on the cluster (else the response's
 CLUSTER_AUTHORIZATION_FAILED), Alter ALTER_CONFIGS on it (else every entry's).
@@ -20,13 +21,17 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from odradek.broker.authorization import cluster_error
 from odradek.broker.context import RequestContext
 from odradek.protocol.errors import ErrorCode, KafkaError
 from odradek.quota import entity as qe
 from odradek.security.acl import AclOperation
+
+if TYPE_CHECKING:
+    from odradek.broker.broker import Broker
 
 EXACT, DEFAULT, ANY = 0, 1, 2
 
@@ -80,6 +85,40 @@ def _matches(e: qe.Entity, wanted: dict[str, tuple[int, str | None]], strict: bo
     return True
 
 
+class QuotaOp(NamedTuple):
+    """One AlterClientQuotas op: set ``key`` to ``value``, or ``remove`` it (the request's OpData has these)."""
+
+    key: str
+    value: float
+    remove: bool = False
+
+
+async def alter_entity(b: Broker, stored: dict[qe.Entity, dict[str, str]],
+                       components: Iterable[tuple[str, str | None]], ops: Iterable[Any],
+                       validate_only: bool = False) -> tuple[qe.Entity, dict[str, str]]:
+    """Apply one AlterClientQuotas entry (``ops``: objects with ``key``, ``value``, ``remove``) on top of the
+    entity's ``stored`` configs (updated when applied): the entity and its resulting configs. Every mistake is a
+    ``KafkaError`` and changes nothing. The web console's quota forms call this too."""
+    e = qe.entity(components)
+    configs = dict(stored.get(e, {}))
+    seen: set[str] = set()
+    for op in ops:
+        if op.key in seen:
+            raise qe.QuotaConfigError(f"{op.key} is altered twice for {qe.describe(e)}")
+        seen.add(op.key)
+        if op.remove:
+            if op.key not in qe.keys_for(e):
+                raise qe.QuotaConfigError(f"{op.key!r} is not a quota config of {qe.describe(e)}: use "
+                                          f"{', '.join(qe.keys_for(e))}")
+            configs.pop(op.key, None)
+        else:
+            configs[op.key] = qe.check_value(e, op.key, op.value)
+    if not validate_only:
+        await b.alter_client_quota(e, configs)
+        stored[e] = configs
+    return e, configs
+
+
 async def handle_alter_client_quotas(ctx: RequestContext, request: Any) -> dict[str, Any]:
     b = ctx.broker
     stored = b.client_quota_configs()
@@ -91,23 +130,8 @@ async def handle_alter_client_quotas(ctx: RequestContext, request: Any) -> dict[
             results.append({"error_code": denied, "error_message": None, "entity": echo})
             continue
         try:
-            e = qe.entity((c.entity_type, c.entity_name) for c in entry.entity)
-            configs = dict(stored.get(e, {}))
-            seen: set[str] = set()
-            for op in entry.ops:
-                if op.key in seen:
-                    raise qe.QuotaConfigError(f"{op.key} is altered twice for {qe.describe(e)}")
-                seen.add(op.key)
-                if op.remove:
-                    if op.key not in qe.keys_for(e):
-                        raise qe.QuotaConfigError(f"{op.key!r} is not a quota config of {qe.describe(e)}: use "
-                                                  f"{', '.join(qe.keys_for(e))}")
-                    configs.pop(op.key, None)
-                else:
-                    configs[op.key] = qe.check_value(e, op.key, op.value)
-            if not request.validate_only:
-                await b.alter_client_quota(e, configs)
-                stored[e] = configs
+            await alter_entity(b, stored, ((c.entity_type, c.entity_name) for c in entry.entity), entry.ops,
+                               request.validate_only)
             results.append({"error_code": ErrorCode.NONE, "error_message": None, "entity": echo})
         except KafkaError as err:
             results.append({"error_code": err.code, "error_message": err.message, "entity": echo})
