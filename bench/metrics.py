@@ -20,7 +20,7 @@ What is measured:
   alternate, ``rounds`` pairs; medians. Raw limits beside them (``bench/_raw_net.py``): loopback TCP into a file
   (produce's) and ``sendfile`` into loopback TCP (consume's). Goal: on >= 0.97x off for both.
 - **scrape of a large broker**: a fresh broker with ``--partitions`` partitions (1,000 a topic) or as many as
-  this machine's open-files limit lets one process open (3 files a partition), one record in each, and a consumer
+  this machine's open-files limit lets one process open (1 file a partition), one record in each, and a consumer
   group with an offset committed on every partition of the first topic (so the lag series exist); ``/metrics`` is
   fetched ``scrapes`` times: wall time (client side, median and max), body size plain and gzip'ed, how long a
   tiny Kafka request (ApiVersions v0 on its own connection, every 5 ms) took during the scrapes vs. without them
@@ -273,7 +273,7 @@ def _library_floor(samples: int) -> float:
     return min(times)
 
 
-FILES_PER_PARTITION = 3  # a partition's open files: its segment, offset index and time index
+FILES_PER_PARTITION = 1  # a partition's open files: its active segment's log (the indexes are mapped without one)
 
 
 def partition_ceiling() -> int:

@@ -15,6 +15,7 @@ import ctypes
 import gc
 import logging
 import os
+import resource
 import signal
 import sys
 from collections.abc import Mapping
@@ -90,7 +91,22 @@ def run(args: argparse.Namespace) -> int:
         log.warning(ignored_key_warning(key))
     if not tune_allocator():
         log.info("allocator tuning unavailable (not glibc); running with the default malloc settings")
+    raise_open_files_limit()
     return asyncio.run(_serve(config))
+
+
+def raise_open_files_limit() -> int:
+    """Raise this process's soft open-files limit to its hard limit, as the JVM does for Kafka at start
+    (``-XX:+MaxFDLimit``): each partition holds its active segment's log open, and every client connection is
+    one more. Returns the soft limit now in force; a refusal leaves it as it was, with a log line."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError) as e:
+            log.info("open-files limit stays at %d (cannot raise it to %d: %s)", soft, hard, e)
+    return soft
 
 
 # glibc returns freed blocks above M_MMAP_THRESHOLD to the kernel at once and trims the heap above

@@ -17,18 +17,19 @@ Invariants:
   instead of killing the process with SIGBUS on a write to an unbacked page.
 - An index is a cache of the log: it may be deleted and rebuilt from the log at any time.
   ``sanity_check`` detects files that cannot be trusted (after which the owner rebuilds).
-- Lookups read the page cache through mmap; nothing is copied into Python memory.
+- Lookups read the page cache through a mapping; nothing is copied into Python memory. Mappings keep no file
+  descriptor (``fileio.FileMapping``): an index holds none between calls, as Kafka's.
 - Not thread-safe: the owning log serializes writers; readers of a trimmed index only read.
 """
 
 from __future__ import annotations
 
-import mmap
 import os
 import struct
 from pathlib import Path
 
 from odradek.protocol.errors import StorageError
+from odradek.storage.fileio import FileMapping, opened, pwrite_all
 
 ALLOCATE_BYTES = 64 * 1024  # disk reserved per step for the entries of a writable index (a multiple of 4 KiB)
 
@@ -45,7 +46,7 @@ class _MmapIndex:
         self.path = path
         self.base_offset = base_offset
         self.max_entries = max(1, max_index_bytes // self.entry_size)
-        self._mm: mmap.mmap | None = None
+        self._mm: FileMapping | None = None
         self._entries = 0
         self._cached_last: tuple[int, int] = (0, 0)
         self._cached_last_n = 0  # number of entries _cached_last was read at (0: none)
@@ -69,9 +70,9 @@ class _MmapIndex:
         self._unmap()
         size = max(self.max_entries, self._entries) * self.entry_size  # never cut entries in use
         try:
-            with open(self.path, "r+b" if self.path.exists() else "w+b") as f:
-                f.truncate(size)
-                self._mm = mmap.mmap(f.fileno(), size)
+            with opened(self.path, os.O_RDWR | os.O_CREAT) as fd:
+                os.ftruncate(fd, size)
+            self._mm = FileMapping(self.path, size, writable=True)
         except OSError as e:
             raise StorageError(f"cannot open index {self.path}: {e}") from e
         self._size = size
@@ -83,19 +84,15 @@ class _MmapIndex:
         start = self._backed - self._backed % 4096
         stop = min(max(end, start + ALLOCATE_BYTES), self._size)
         try:
-            fd = os.open(self.path, os.O_RDWR)
-            try:
+            with opened(self.path, os.O_RDWR) as fd:
                 os.posix_fallocate(fd, start, stop - start)
-            finally:
-                os.close(fd)
         except OSError as e:
             raise StorageError(f"cannot extend index {self.path}: {e}") from e
         self._backed = stop
 
-    def _map(self) -> mmap.mmap | None:
+    def _map(self) -> FileMapping | None:
         if self._mm is None and self._entries:
-            with open(self.path, "rb") as f:
-                self._mm = mmap.mmap(f.fileno(), self._entries * self.entry_size, access=mmap.ACCESS_READ)
+            self._mm = FileMapping(self.path, self._entries * self.entry_size, writable=False)
         return self._mm
 
     def _unmap(self) -> None:
@@ -162,7 +159,7 @@ class _MmapIndex:
     def _raw(self, n: int) -> tuple[int, int]:
         mm = self._map()
         assert mm is not None
-        return self.ENTRY.unpack_from(mm, n * self.entry_size)
+        return mm.unpack_from(self.ENTRY, n * self.entry_size)  # type: ignore[return-value]
 
     def _last_raw(self) -> tuple[int, int]:
         """The raw last entry, cached in memory since appends consult it every time."""
@@ -179,7 +176,7 @@ class _MmapIndex:
         at = self._entries * self.entry_size
         if at + self.entry_size > self._backed:
             self._reserve(at + self.entry_size)
-        self.ENTRY.pack_into(self._mm, at, a, b)  # type: ignore[arg-type]
+        self._mm.pack_into(self.ENTRY, at, a, b)  # type: ignore[union-attr]
         self._entries += 1
         self._cached_last, self._cached_last_n = (a, b), self._entries
 
@@ -205,13 +202,8 @@ class _MmapIndex:
             pack(buf, pos, a, b)
             pos += size
         try:
-            fd = os.open(self.path, os.O_WRONLY)
-            try:
-                done = 0
-                while done < len(buf):
-                    done += os.pwrite(fd, memoryview(buf)[done:], at + done)
-            finally:
-                os.close(fd)
+            with opened(self.path, os.O_WRONLY) as fd:
+                pwrite_all(fd, buf, at)
         except OSError as e:
             raise StorageError(f"cannot write index {self.path}: {e}") from e
         self._entries += len(rows)
@@ -222,13 +214,13 @@ class _MmapIndex:
         mm = self._map()
         if mm is None or not self._entries:  # a writable map holds stale or zeroed slots past _entries
             return -1
-        unpack, size = self.ENTRY.unpack_from, self.entry_size
+        unpack, entry, size = mm.unpack_from, self.ENTRY, self.entry_size
         lo, hi = 0, self._entries - 1
-        if unpack(mm, 0)[field] > key:
+        if unpack(entry, 0)[field] > key:
             return -1
         while lo < hi:
             mid = (lo + hi + 1) >> 1
-            if unpack(mm, mid * size)[field] <= key:
+            if unpack(entry, mid * size)[field] <= key:
                 lo = mid
             else:
                 hi = mid - 1

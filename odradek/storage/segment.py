@@ -30,6 +30,7 @@ from typing import BinaryIO
 from odradek.protocol import batch as rb
 from odradek.protocol.errors import CorruptRecordError, InvalidRecordError, StorageError
 from odradek.storage.config import LogConfig
+from odradek.storage.fileio import pwrite_all
 from odradek.storage.index import IndexCorruptError, OffsetIndex, TimeIndex
 from odradek.storage.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
 
@@ -257,16 +258,12 @@ class LogSegment:
         try:
             if isinstance(data, bytes | bytearray | memoryview):
                 total = len(data)
-                written = os.pwrite(self.fd, data, start)
+                pwrite_all(self.fd, data, start)
             else:
                 total = sum(len(part) for part in data)
                 written = os.pwritev(self.fd, data, start)
-                if written < total:
-                    data = b"".join(data)  # a short vector write is rare: finish from one buffer
-            if written < total:
-                view = memoryview(data)
-                while written < total:
-                    written += os.pwrite(self.fd, view[written:], start + written)
+                if written < total:  # a short vector write is rare: finish from one buffer
+                    pwrite_all(self.fd, memoryview(b"".join(data))[written:], start + written)
         except OSError as e:
             self._cut_back(start)
             raise StorageError(f"write to {self.log_path} failed: {e}") from e
