@@ -205,7 +205,8 @@ class Broker:
             config=FetcherConfig(cfg.replica_fetch_max_bytes, cfg.replica_fetch_response_max_bytes,
                                  cfg.replica_fetch_wait_max_ms, cfg.replica_fetch_min_bytes,
                                  cfg.replica_fetch_backoff_ms, cfg.replica_socket_timeout_ms),
-            broker_epoch=lambda: member.broker_epoch, topic_id=member.topic_id, throttle=self.follower_throttle)
+            broker_epoch=lambda: member.broker_epoch, topic_id=member.topic_id, throttle=self.follower_throttle,
+            metrics=self.metrics)
         self.replicas.on_followers_changed = fetcher.replan
         self.replicas.is_shutting_down = lambda b: (reg := member.brokers.get(b)) is not None and reg.shutting_down
         cluster_id = await member.start(cfg.cluster_id)

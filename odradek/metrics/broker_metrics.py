@@ -8,6 +8,8 @@ Who bumps what (each a few integer operations, on the event loop, no labels reso
   raised (the connection was closed): Kafka's ErrorsPerSec counts error codes in responses, which we do not parse.
 - Produce and Fetch handlers: ``topic(name)`` once per topic of a request; messages and bytes in per appended
   batch, bytes out per fetched record set (consumers only: followers' fetches are replication traffic).
+- Replication, apart as Kafka keeps it: ``replication_bytes_out`` per follower fetch response (its record sets'
+  bytes, in ``replica_fetch.py``), ``replication_bytes_in`` per record set a follower appends (``fetcher.py``).
 - The server: connections opened and closed per listener.
 - The quota step: throttle time per (quota type, user, client id) of throttled responses.
 
@@ -71,6 +73,8 @@ class BrokerMetrics:
         self.connections_created: dict[str, int] = {}  # listener -> connections accepted since start
         # (quota type: produce, fetch, request; user; client id) -> [throttled responses, total throttle ms]
         self.throttles: dict[tuple[str, str, str], list[int]] = {}
+        self.replication_bytes_out = 0  # record bytes sent to followers (ReplicationBytesOutPerSec)
+        self.replication_bytes_in = 0  # record bytes appended from leaders (ReplicationBytesInPerSec)
 
     def request(self, api_key: int) -> RequestStats:
         stats = self.apis.get(api_key)

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from odradek.metrics.broker_metrics import BrokerMetrics
 from odradek.protocol import apis, entities
 from odradek.protocol.errors import ErrorCode, KafkaError
 from odradek.replica.isr import truncation_offset
@@ -59,8 +60,9 @@ class FetcherConfig:
 class ReplicaFetcher:
     def __init__(self, replicas: ReplicaManager, pool: Any, *, config: FetcherConfig,
                  broker_epoch: Callable[[], int], topic_id: Callable[[str], uuid.UUID | None],
-                 throttle: ReplicationThrottle | None = None) -> None:
+                 throttle: ReplicationThrottle | None = None, metrics: BrokerMetrics | None = None) -> None:
         self.replicas = replicas
+        self.metrics = metrics
         self.throttle = throttle
         self.pool = pool
         self.config = config
@@ -205,6 +207,8 @@ class ReplicaFetcher:
             if (th is not None and pd.records is not None and self.replicas.local_id not in part.isr
                     and th.is_throttled(part.topic, part.index)):
                 th.record(len(pd.records))
+            if pd.records is not None and self.metrics is not None:
+                self.metrics.replication_bytes_in += len(pd.records)
             try:
                 if part.append_as_follower(pd.records, pd.high_watermark, pd.log_start_offset):
                     self.replicas.notify(part.topic, part.index)

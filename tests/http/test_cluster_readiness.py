@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterator
 
 import pytest
+from confluent_kafka import Producer
 
 from odradek.cluster.zk.server import ZooKeeperServer
 from tests.cluster.brokers import Cluster, ClusterBroker, serving, wait_until
@@ -61,6 +62,21 @@ def test_a_killed_follower_shrinks_isrs_and_is_ready_again_once_caught_up(cluste
 
     def figures(name: str) -> float:
         return sum(value(metrics(http_url(b)), name) or 0 for b in others)
+
+    # replication traffic is counted apart from consumers', as Kafka's Replication{In,Out}PerSec
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for i in range(30):
+        producer.produce(TOPIC, value=b"r" * 1000, partition=i % 3)
+    assert producer.flush(30) == 0
+    wait_until(
+        lambda: sum(value(metrics(http_url(b)), "odradek_replication_bytes_in_total") or 0 for b in cluster.each())
+        >= 2 * 30 * 1000,  # each record appended by two followers
+        what="followers' replication bytes in",
+    )
+    out = sum(value(metrics(http_url(b)), "odradek_replication_bytes_out_total") or 0 for b in cluster.each())
+    assert out >= 2 * 30 * 1000
+    assert sum(value(metrics(http_url(b)), "odradek_topic_bytes_out_total", topic=TOPIC) or 0
+               for b in cluster.each()) == 0  # no consumer read it
 
     shrinks_before = figures("odradek_isr_shrinks_total")
     victim.kill()

@@ -113,6 +113,7 @@ async def handle(ctx: RequestContext, request: Any, replica_id: int, broker_epoc
         if total >= request.min_bytes or immediate or remaining_ms <= 0 or not wants or b.shutting_down:
             break
         await b.wait_for_data([(w.topic, w.partition) for w in wants], int(remaining_ms) + 1)
+    b.metrics.replication_bytes_out += total
     return RawResponse(fr.encode(v, list(by_topic.values())))
 
 
