@@ -10,6 +10,7 @@ from typing import Any
 
 from odradek.broker.broker import Broker
 from odradek.broker.config import Listener
+from odradek.protocol.error_counts import ErrorCounts
 from odradek.protocol.frame import RequestHeader
 from odradek.quota.client_quotas import ANONYMOUS, ClientQuota
 from odradek.storage.segment import FileRegion
@@ -57,9 +58,11 @@ class CloseConnection(Exception):
 
 @dataclass(slots=True)
 class RawResponse:
-    """A response body already laid out as bytes and file regions (sent with sendfile)."""
+    """A response body already laid out as bytes and file regions (sent with sendfile), with the error codes it
+    carries counted by the handler that laid it out (``protocol/error_counts.py``; None: not counted)."""
 
     chunks: list[bytes | FileRegion]
+    errors: ErrorCounts | None = None
 
     @property
     def size(self) -> int:

@@ -17,7 +17,8 @@ Invariants:
   anything unexpected is logged and closes only that connection.
 - Every decoded request is counted and timed in ``broker.metrics`` (``metrics/broker_metrics.py``): queue (frame
   in -> handler called), local (the handler), total (frame in -> response encoded; a deferred response's total
-  and remote times are taken when it completes). A handler that raises counts as an error.
+  and remote times are taken when it completes). The error codes of each response are counted per API, as
+  Kafka's ErrorsPerSec; a handler that raises counts as UNKNOWN_SERVER_ERROR.
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ from odradek.broker.handlers import (
 )
 from odradek.metrics.broker_metrics import RequestStats
 from odradek.protocol import apis, array_bounds, entities
+from odradek.protocol.error_counts import add_code, count_errors
+from odradek.protocol.errors import ErrorCode
 from odradek.protocol.frame import FrameError, parse_request_header, peek_header, response_prefix
 
 log = logging.getLogger(__name__)
@@ -77,7 +80,7 @@ class PendingFrame:
     handled: float = 0.0  # ... and when its handler returned
 
     def complete(self, outcomes: list[Any]) -> Chunks | None:
-        out = _encode(self.api_key, self.version, self.correlation_id, self.deferred.complete(outcomes))
+        out = _encode(self.api_key, self.version, self.correlation_id, self.deferred.complete(outcomes), self.stats)
         stats = self.stats
         if stats is not None:
             now = time.perf_counter()
@@ -184,24 +187,30 @@ async def dispatch(ctx_factory: Callable[[Any], RequestContext], frame: bytes) -
                 ctx.broker.metrics.throttled(_QUOTA_TYPES.get(api_key, "request"), ctx.user,
                                              ctx.header.client_id or "", ctx.throttle_ms)
     except Exception:  # a cancellation (shutdown) is not the request's failure
-        stats.errors += 1
+        add_code(stats.errors, ErrorCode.UNKNOWN_SERVER_ERROR)
         raise
     handled = time.perf_counter()
     if isinstance(result, Deferred):
         stats.queue.observe(called - received)
         stats.local.observe(handled - called)
         return PendingFrame(result, api_key, version, correlation_id, stats, received, handled)
-    out = _encode(api_key, version, correlation_id, result)
+    out = _encode(api_key, version, correlation_id, result, stats)
     stats.done(called - received, handled - called, time.perf_counter() - received)
     return out
 
 
 def _encode(api_key: int, version: int, correlation_id: int, result: dict[str, Any] | RawResponse | None,
-            ) -> Chunks | None:
+            stats: RequestStats | None) -> Chunks | None:
     if result is None:
         return None
     flexible_header = apis.response_header_is_flexible(api_key, version)
     if isinstance(result, RawResponse):
+        if stats is not None and result.errors:
+            for code, n in result.errors.items():
+                add_code(stats.errors, code, n)
         return [response_prefix(correlation_id, result.size, flexible_header=flexible_header), *result.chunks]
-    body = apis.encode_body(entities.build(apis.response_class(api_key, version), result))
+    response = entities.build(apis.response_class(api_key, version), result)
+    if stats is not None:
+        count_errors(response, stats.errors)
+    body = apis.encode_body(response)
     return [response_prefix(correlation_id, len(body), flexible_header=flexible_header), body]

@@ -34,6 +34,7 @@ from prometheus_client.registry import Collector
 
 from odradek.metrics.histogram import BOUNDS, Histogram
 from odradek.protocol import apis
+from odradek.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from odradek.broker.broker import Broker
@@ -62,6 +63,8 @@ def _cyclic_gc_paused() -> Iterator[None]:
             _gc_pausers -= 1
             if not _gc_pausers and _gc_was_enabled:
                 gc.enable()
+
+
 _LE = (*(repr(b) for b in BOUNDS), "+Inf")
 
 
@@ -88,7 +91,7 @@ class Snapshot:
         tuple[
             str,
             int,
-            int,
+            tuple[tuple[int, int], ...],  # (error code, count)
             tuple[tuple[int, ...], int, float],
             tuple[tuple[int, ...], int, float],
             tuple[tuple[int, ...], int, float],
@@ -111,6 +114,13 @@ class Snapshot:
     log_dirs: list[tuple[str, bool]] = field(default_factory=list)  # (directory, offline)
 
 
+def _error_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return str(code)
+
+
 def _hist(h: Histogram) -> tuple[tuple[int, ...], int, float]:
     return (tuple(h.counts), h.count, h.sum)
 
@@ -124,7 +134,8 @@ async def snapshot(broker: Broker) -> Snapshot:
         spec = apis.SUPPORTED.get(key)
         name = spec.name if spec is not None else str(key)
         snap.requests.append(
-            (name, r.requests, r.errors, _hist(r.queue), _hist(r.local), _hist(r.remote), _hist(r.total))
+            (name, r.requests, tuple(r.errors.items()), _hist(r.queue), _hist(r.local), _hist(r.remote),
+             _hist(r.total))
         )
     for name, t in list(m.topics.items()):
         snap.topics.append(
@@ -254,9 +265,9 @@ class SnapshotCollector(Collector):
         )
         errors = CounterMetricFamily(
             "odradek_request_errors",
-            f"Requests whose handling failed and closed the connection ({mbean.format('ErrorsPerSec')}; error codes "
-            "inside responses are not counted)",
-            labels=["request"],
+            "Error codes in responses, per API and error, NONE included; a handler that failed (the connection "
+            f"closed) counts as UNKNOWN_SERVER_ERROR ({mbean.format('ErrorsPerSec')},error=<error>)",
+            labels=["request", "error"],
         )
         times = [
             HistogramMetricFamily(
@@ -283,7 +294,8 @@ class SnapshotCollector(Collector):
         ]
         for name, n, err, *hists in self.snap.requests:
             requests.add_metric([name], n)
-            errors.add_metric([name], err)
+            for code, count in err:
+                errors.add_metric([name, _error_name(code)], count)
             for family, (counts, _count, total) in zip(times, hists, strict=True):
                 running = 0
                 buckets = []

@@ -4,8 +4,10 @@ Who bumps what (each a few integer operations, on the event loop, no labels reso
 - ``dispatch`` (``broker/dispatch.py``): ``request(api_key)`` once per request frame, then ``RequestStats.done``
   with its queue (frame in -> handler called: header and body decoding, quota step), local (the handler, a fetch's
   long poll included) and total (frame in -> response encoded) times; ``remote`` is the wait of a deferred
-  (acks=all) response for its replicas, recorded when it completes. ``failed`` counts requests whose handler
-  raised (the connection was closed): Kafka's ErrorsPerSec counts error codes in responses, which we do not parse.
+  (acks=all) response for its replicas, recorded when it completes. ``errors`` counts the error codes of each
+  response, NONE included, as Kafka's ErrorsPerSec (``protocol/error_counts.py``: the encoder's entity walked, or
+  counts the handler of a pre-encoded response made while laying it out); a handler that raised (the connection
+  is closed) counts as UNKNOWN_SERVER_ERROR, the code Kafka would have answered.
 - Produce and Fetch handlers: ``topic(name)`` once per topic of a request; messages and bytes in per appended
   batch, bytes out per fetched record set (consumers only: followers' fetches are replication traffic).
 - Replication, apart as Kafka keeps it: ``replication_bytes_out`` per follower fetch response (its record sets'
@@ -21,6 +23,7 @@ counters stay, as a counter must not go back).
 from __future__ import annotations
 
 from odradek.metrics.histogram import Histogram
+from odradek.protocol.error_counts import ErrorCounts
 
 
 class RequestStats:
@@ -30,7 +33,7 @@ class RequestStats:
 
     def __init__(self) -> None:
         self.requests = 0
-        self.errors = 0
+        self.errors: ErrorCounts = {}  # error code -> responses' fields that carried it
         self.queue = Histogram()
         self.local = Histogram()
         self.remote = Histogram()

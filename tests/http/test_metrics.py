@@ -134,6 +134,10 @@ def test_a_refused_produce_is_counted_as_failed(node: inprocess.InProcessBroker,
     s = metrics(url)
     assert value(s, "odradek_topic_failed_produce_requests_total", topic="__consumer_offsets") >= 1
     assert value(s, "odradek_topic_messages_in_total", topic="__consumer_offsets") == 0
+    # Kafka's ErrorsPerSec: the error code in the produce response, by name
+    assert value(s, "odradek_request_errors_total", request="Produce", error="INVALID_TOPIC_EXCEPTION") >= 1
+    # and the codes of responses built from entities (Metadata: NONE for each topic and partition asked about)
+    assert value(s, "odradek_request_errors_total", request="Metadata", error="NONE") >= 1
 
 
 def test_metrics_are_gzipped_for_clients_that_ask(node: inprocess.InProcessBroker, url: str) -> None:

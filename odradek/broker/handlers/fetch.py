@@ -41,6 +41,7 @@ from odradek.broker.handlers import replica_fetch
 from odradek.metrics.broker_metrics import BrokerMetrics
 from odradek.protocol import fetch_response as fr
 from odradek.protocol.entities import millis
+from odradek.protocol.error_counts import ErrorCounts, add_code
 from odradek.protocol.errors import ErrorCode, KafkaError, OffsetOutOfRangeError
 from odradek.replica.partition import Partition, Role
 from odradek.security.acl import AclOperation
@@ -88,10 +89,11 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse:
     else:
         session = cache.get(session_id)
         if session is None:
-            return RawResponse(fr.encode(v, [], error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND))
+            return RawResponse(fr.encode(v, [], error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND),
+                               {ErrorCode.FETCH_SESSION_ID_NOT_FOUND: 1})
         if epoch != session.next_epoch:
             return RawResponse(fr.encode(v, [], error_code=ErrorCode.INVALID_FETCH_SESSION_EPOCH,
-                                         session_id=session.session_id))
+                                         session_id=session.session_id), {ErrorCode.INVALID_FETCH_SESSION_EPOCH: 1})
         incremental = True
         for forgotten in request.forgotten_topics_data or ():
             name = _topic_name(ctx, forgotten)
@@ -138,7 +140,7 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse:
             b.quotas.unrecord(quota, response.size)
             ctx.throttle_ms = throttle
             return _throttled(cache, session, incremental, v, now, throttle)
-    _count(b.metrics, topics)
+    response.errors = _count(b.metrics, topics)
     if session is not None:
         for state, pd in sent_states:  # the session remembers what went out
             state.sent_high_watermark = pd.high_watermark
@@ -149,9 +151,11 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse:
     return response
 
 
-def _count(metrics: BrokerMetrics, topics: list[fr.TopicData]) -> None:
+def _count(metrics: BrokerMetrics, topics: list[fr.TopicData]) -> ErrorCounts:
     """Per topic of a consumer's fetch that goes out: one fetch request, a failed one if a partition has an error
-    (Kafka's FailedFetchRequestsPerSec), and the bytes of its record sets (BytesOutPerSec)."""
+    (Kafka's FailedFetchRequestsPerSec), and the bytes of its record sets (BytesOutPerSec). Returns the response's
+    error codes: its own (none) and each partition's."""
+    errors: ErrorCounts = {ErrorCode.NONE: 1}
     for td in topics:
         stats = metrics.topic(td.name)
         stats.fetch_requests += 1
@@ -159,10 +163,12 @@ def _count(metrics: BrokerMetrics, topics: list[fr.TopicData]) -> None:
         for pd in td.partitions:
             if pd.records is not None:
                 stats.bytes_out += pd.records.length
+            add_code(errors, pd.error_code)
             if pd.error_code:
                 failed = True
         if failed:
             stats.failed_fetch_requests += 1
+    return errors
 
 
 def _authorize(ctx: RequestContext, wants: list[_Want]) -> None:
@@ -185,7 +191,7 @@ def _throttled(cache: FetchSessionCache, session: FetchSession | None, increment
     if session is not None:
         session.advance(now)
     return RawResponse(fr.encode(v, [], session_id=session.session_id if session is not None else 0,
-                                 throttle_ms=throttle_ms))
+                                 throttle_ms=throttle_ms), {ErrorCode.NONE: 1})
 
 
 def _topic_name(ctx: RequestContext, t: Any) -> str:

@@ -40,6 +40,7 @@ from odradek.coordinator.group.records import OFFSETS_TOPIC, partition_for
 from odradek.coordinator.txn.replies import for_request_version
 from odradek.protocol import offset_commit_response
 from odradek.protocol.entities import millis
+from odradek.protocol.error_counts import ErrorCounts, add_code
 from odradek.protocol.errors import ErrorCode
 from odradek.security.acl import AclOperation
 
@@ -101,7 +102,10 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> RawResponse
             offsets=allowed, retention_ms=retention, partition_exists=exists, now=now))
     if refused:
         results = _merged(offsets, refused, results)
-    return RawResponse([offset_commit_response.encode(ctx.version, results)])
+    errors: ErrorCounts = {}
+    for code in results.values():
+        add_code(errors, code)
+    return RawResponse([offset_commit_response.encode(ctx.version, results)], errors)
 
 
 _VERIFY_RETRIABLE = (E.CONCURRENT_TRANSACTIONS, E.COORDINATOR_LOAD_IN_PROGRESS, E.COORDINATOR_NOT_AVAILABLE,

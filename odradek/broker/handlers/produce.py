@@ -28,6 +28,7 @@ from odradek.broker.txn_runtime import TXN_STATE_TOPIC
 from odradek.protocol import apis, produce_response
 from odradek.protocol.batch import HEADER_SIZE, TRANSACTIONAL_BIT, parse_header
 from odradek.protocol.entities import millis
+from odradek.protocol.error_counts import ErrorCounts, add_code
 from odradek.protocol.errors import ErrorCode, KafkaError
 from odradek.protocol.produce_response import PartitionResult
 from odradek.replica.partition import Partition
@@ -112,7 +113,15 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse | Deferred | 
         if failed is not None:  # as Kafka: the only way to tell an acks=0 producer that something went wrong
             raise CloseConnection(f"acks=0 produce failed for {failed_topic}-{failed.index}: {failed.error_message}")
         return None
-    return RawResponse([produce_response.encode(ctx.version, responses, throttle_ms=ctx.throttle_ms)])
+    return _response(ctx.version, responses, ctx.throttle_ms)
+
+
+def _response(version: int, responses: list[tuple[str, list[PartitionResult]]], throttle_ms: int) -> RawResponse:
+    errors: ErrorCounts = {}
+    for _, parts in responses:
+        for result in parts:
+            add_code(errors, result.error_code)
+    return RawResponse([produce_response.encode(version, responses, throttle_ms=throttle_ms)], errors)
 
 
 def _refused_whole(ctx: RequestContext, request: Any, error: ErrorCode) -> RawResponse:
@@ -122,7 +131,7 @@ def _refused_whole(ctx: RequestContext, request: Any, error: ErrorCode) -> RawRe
         raise CloseConnection(f"acks=0 produce refused: {error.name}")
     responses = [(t.name, [PartitionResult(pd.index, error_code=error) for pd in t.partition_data])
                  for t in request.topic_data]
-    return RawResponse([produce_response.encode(ctx.version, responses, throttle_ms=ctx.throttle_ms)])
+    return _response(ctx.version, responses, ctx.throttle_ms)
 
 
 def _replicated(version: int, responses: list[tuple[str, list[PartitionResult]]],
@@ -136,7 +145,7 @@ def _replicated(version: int, responses: list[tuple[str, list[PartitionResult]]]
             result.error_code = code
             result.error_message = _REPLICATION_FAILURES.get(code, code.name).format(part.name)
             result.base_offset = -1
-    return RawResponse([produce_response.encode(version, responses, throttle_ms=throttle_ms)])
+    return _response(version, responses, throttle_ms)
 
 
 async def verify_with_coordinator(ctx: RequestContext, transactional_id: str, producer_id: int, producer_epoch: int,

@@ -31,6 +31,7 @@ from odradek.broker.authorization import TOPIC_DENIED, allowed_on_cluster
 from odradek.broker.context import RawResponse, RequestContext
 from odradek.protocol import fetch_response as fr
 from odradek.protocol.entities import millis
+from odradek.protocol.error_counts import ErrorCounts, add_code
 from odradek.protocol.errors import ErrorCode, KafkaError, NotLeaderOrFollowerError
 from odradek.replica.partition import Partition
 from odradek.replica.throttle import ReplicationThrottle
@@ -114,7 +115,11 @@ async def handle(ctx: RequestContext, request: Any, replica_id: int, broker_epoc
             break
         await b.wait_for_data([(w.topic, w.partition) for w in wants], int(remaining_ms) + 1)
     b.metrics.replication_bytes_out += total
-    return RawResponse(fr.encode(v, list(by_topic.values())))
+    errors: ErrorCounts = {ErrorCode.NONE: 1}
+    for td in by_topic.values():
+        for pd in td.partitions:
+            add_code(errors, pd.error_code)
+    return RawResponse(fr.encode(v, list(by_topic.values())), errors)
 
 
 def _prepare(ctx: RequestContext, w: _Want, replica_id: int, broker_epoch: int, p: Any) -> None:
