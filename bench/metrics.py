@@ -273,7 +273,7 @@ def _library_floor(samples: int) -> float:
     return min(times)
 
 
-FILES_PER_PARTITION = 1  # a partition's open files: its active segment's log (the indexes are mapped without one)
+FILES_PER_PARTITION = 1  # a one-segment partition's open files: its segment's log (indexes are mapped without one)
 
 
 def partition_ceiling() -> int:

@@ -4,8 +4,8 @@ descriptor.
 Why a mapping of our own: CPython 3.11's ``mmap.mmap`` keeps a duplicate of the file's descriptor for the whole
 life of the mapping (3.13 added ``trackfd=False``). An active segment's two indexes would then hold two descriptors
 beside the log's own, three per partition, and a broker with 10,000 partitions would need 30,000 open files. Kafka
-closes an index file as soon as it is mapped; ``FileMapping`` does the same, through libc's ``mmap``: a partition
-holds one descriptor, its active segment's log.
+closes an index file as soon as it is mapped; ``FileMapping`` does the same, through libc's ``mmap``: a segment
+holds one descriptor, its log's.
 
 Invariants:
 - ``pwrite_all`` returns only once every byte is written at the offset (a short write is continued), or raises
