@@ -18,6 +18,7 @@ from kazoo.client import KazooClient
 
 from odradek.cluster.model import BrokerRegistration, Endpoint, LeaderAndIsr, TopicAssignment
 from odradek.cluster.zk import layout
+from odradek.cluster.zk.acl_client import ZkAcls
 from odradek.cluster.zk.client import (
     CLOSED,
     CONNECTED,
@@ -31,6 +32,14 @@ from odradek.cluster.zk.client import (
     ZkUnavailableError,
 )
 from odradek.cluster.zk.server import ZooKeeperServer, free_port, srvr
+from odradek.security.acl import (
+    AccessControlEntry,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
 from tests.cluster.conftest import ZkClientFactory
 from tests.cluster.zk_process import expire_session, start_zookeeper, wait_until
 
@@ -472,6 +481,57 @@ def test_producer_id_blocks_never_overlap(zk_client: ZkClientFactory, zk_chroot:
     try:
         stored = layout.decode_producer_id_block(kz.get("/latest_producer_id_block")[0])
         assert stored is not None and (stored.start, stored.end) == (2900, 3000)
+    finally:
+        kz.stop()
+        kz.close()
+
+
+class _TwentyMinutesLater:
+    """A clock 20 minutes ahead of ZooKeeper's: every notification already there is past Kafka's 15 minutes."""
+
+    def milliseconds(self) -> int:
+        return int(time.time() * 1000) + 20 * 60 * 1000
+
+
+def test_read_config_change_notifications_are_purged_once_expired(zk_client: ZkClientFactory,
+                                                                   zk_chroot: str) -> None:
+    admin = zk_client()
+    admin.ensure_paths()
+    admin.set_config("topics", "a", {"retention.ms": "1"})
+    kz = raw(zk_chroot)
+    try:
+        assert zk_client().config_changes(watch=Recorder()) == ["topics/a"]  # young: kept
+        assert len(kz.get_children("/config/changes")) == 1
+        later, changes = zk_client(clock=_TwentyMinutesLater()), Recorder()
+        assert later.config_changes(watch=changes) == ["topics/a"]  # read, then purged: expired by its clock
+        assert kz.get_children("/config/changes") == []
+        admin.set_config("topics", "b", {"retention.ms": "2"})
+        changes.wait_for(lambda v: v == ["topics/b"], "the next change")
+        wait_until(lambda: kz.get_children("/config/changes") == [], what="the read notification purged")
+        assert admin.get_config("topics", "b") == {"retention.ms": "2"}  # the configs themselves stay
+    finally:
+        kz.stop()
+        kz.close()
+
+
+def test_read_acl_change_notifications_are_purged_once_expired(zk_client: ZkClientFactory, zk_chroot: str) -> None:
+    admin = ZkAcls(zk_client())
+    admin.ensure_paths()
+    orders = ResourcePattern(ResourceType.TOPIC, "orders", PatternType.LITERAL)
+    alice = AccessControlEntry("User:alice", "*", AclOperation.READ, AclPermissionType.ALLOW)
+    bob = AccessControlEntry("User:bob", "*", AclOperation.READ, AclPermissionType.ALLOW)
+    admin.update(orders, lambda entries: entries | {alice})
+    kz = raw(zk_chroot)
+    try:
+        ZkAcls(zk_client()).watch_changes(Recorder())  # young: kept
+        assert len(kz.get_children("/kafka-acl-changes")) == 1
+        changes = Recorder()
+        ZkAcls(zk_client(clock=_TwentyMinutesLater())).watch_changes(lambda p, e: changes((p, e)))
+        assert kz.get_children("/kafka-acl-changes") == []  # present at the start, expired: purged
+        admin.update(orders, lambda entries: entries | {bob})
+        changes.wait_for(lambda v: v == (orders, frozenset({alice, bob})), "the change reported")
+        wait_until(lambda: kz.get_children("/kafka-acl-changes") == [], what="the read notification purged")
+        assert admin.read(orders) == {alice, bob}  # the ACLs themselves stay
     finally:
         kz.stop()
         kz.close()

@@ -13,7 +13,9 @@ Invariants:
   its entries as read after the notification (read on the client's event thread, so reports are in order and an
   older read never follows a newer one), through the client's ``dispatch`` (the broker's loop).
 - Notifications already present when the watch starts are not reported (the caller reads everything after
-  starting it); old notifications are left for an operator or Kafka's tooling to purge.
+  starting it). Notifications older than the client's ``change_expiration_ms`` (15 minutes) are deleted by every
+  watching broker once read, and those present at the start, as Kafka's ``ZkNodeChangeNotificationListener`` does
+  (a deletion another broker made first is skipped).
 """
 
 from __future__ import annotations
@@ -135,9 +137,10 @@ class _ChangeWatch:
         def on_children(children: list[str]) -> bool | None:
             if self._zk._closed:
                 return False
-            if not started:  # the caller's thread: only note where the notifications are now
+            if not started:  # the caller's thread: only note where the notifications are now (and purge old ones)
                 self._last = max((s for c in children if (s := change_sequence(c)) is not None), default=-1)
                 started.append(True)
+                self._zk.purge_expired_notifications(self._path, children)
             else:
                 self._zk._in_event_thread(lambda: self._read_new(children))
             return None
@@ -149,8 +152,10 @@ class _ChangeWatch:
 
     def _read_new(self, children: list[str]) -> None:
         numbered = sorted((s, c) for c in children if (s := change_sequence(c)) is not None and s > self._last)
+        read: list[str] = []
         for sequence, child in numbered:
             self._last = sequence
+            read.append(child)
             try:
                 got = self._zk._get(f"{self._path}/{child}")
                 if got is None:
@@ -163,3 +168,4 @@ class _ChangeWatch:
                 log.error("ignoring ACL change notification %s/%s: %s", self._path, child, e)
                 continue
             self._zk._dispatch(lambda p=pattern, e=entries: self._callback(p, e))
+        self._zk.purge_expired_notifications(self._path, read)

@@ -73,6 +73,8 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
+CHANGE_EXPIRATION_MS = 15 * 60 * 1000  # notifications older than this are purged once read (Kafka's changeExpirationMs)
+
 T = TypeVar("T")
 Dispatch = Callable[[Callable[[], None]], None]
 
@@ -136,6 +138,7 @@ class ZkClient:
         self._on_session_expired = on_session_expired
         self._on_connection_change = on_connection_change
         self._clock = clock
+        self.change_expiration_ms = CHANGE_EXPIRATION_MS
         # A request waits for a reconnection at most this long before it fails with ZkUnavailableError.
         self._retry_deadline_s = max(self.session_timeout_ms, self.connection_timeout_ms) / 1000
         self._kz = KazooClient(
@@ -974,16 +977,30 @@ class ZkClient:
     def config_changes(self, watch: Callable[[list[str]], None]) -> list[str]:
         """Entity paths (``topics/orders``) of the notifications present now; ``watch`` gets those of each new batch.
 
-        A notification is reported once per client, in sequence order. Old ones stay until
-        ``purge_config_changes`` removes them (Kafka's brokers purge those older than 15 minutes).
+        A notification is reported once per client, in sequence order. Each batch read, the watch purges the
+        notifications read so far that are older than ``CHANGE_EXPIRATION_MS``, as Kafka's brokers do.
         """
         return _ConfigChangeWatch(self, watch).start()
 
     def purge_config_changes(self, older_than_ms: int, now_ms: int) -> int:
         """Delete notifications created more than ``older_than_ms`` before ``now_ms``; returns how many."""
+        return self.purge_notifications(layout.CONFIG_CHANGES_PATH, self._children(layout.CONFIG_CHANGES_PATH),
+                                        older_than_ms, now_ms)
+
+    def purge_expired_notifications(self, parent: str, children: Iterable[str]) -> None:
+        """``purge_notifications`` of those older than ``change_expiration_ms``, by a watch that has read them; a
+        failure is logged (the next batch tries again)."""
+        try:
+            self.purge_notifications(parent, children, self.change_expiration_ms, self._clock.milliseconds())
+        except ZkError as e:
+            _log.warning("could not purge old change notifications under %s: %s", parent, e)
+
+    def purge_notifications(self, parent: str, children: Iterable[str], older_than_ms: int, now_ms: int) -> int:
+        """Delete the ``children`` of ``parent`` created more than ``older_than_ms`` before ``now_ms`` (Kafka's
+        ``purgeObsoleteNotifications``; every broker does it, so one deleted meanwhile is skipped); how many."""
         purged = 0
-        for child in self._children(layout.CONFIG_CHANGES_PATH):
-            path = f"{layout.CONFIG_CHANGES_PATH}/{child}"
+        for child in children:
+            path = f"{parent}/{child}"
             stat = self._retry(self._kz.exists_async, path)
             if stat is not None and stat.ctime < now_ms - older_than_ms:
                 try:
@@ -1162,6 +1179,7 @@ class _ConfigChangeWatch:
     def _read_new(self, children: list[str]) -> list[str]:
         entity_paths: list[str] = []
         numbered: list[tuple[int, str]] = []
+        read: list[str] = []
         for child in children:
             try:
                 numbered.append((layout.config_change_sequence(child), child))
@@ -1174,10 +1192,12 @@ class _ConfigChangeWatch:
             got = self._zk._get(f"{layout.CONFIG_CHANGES_PATH}/{child}")
             if got is None:
                 continue  # purged meanwhile
+            read.append(child)
             try:
                 entity_paths.append(layout.decode_config_change(child, got[0]))
             except ZkDataError as exc:
                 _log.error("ignoring %s", exc)
+        self._zk.purge_expired_notifications(layout.CONFIG_CHANGES_PATH, read)
         return entity_paths
 
 
