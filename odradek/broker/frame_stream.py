@@ -15,7 +15,10 @@ Invariants:
 - Bytes are delivered in order, each once; ``readexactly`` raises ``asyncio.IncompleteReadError`` (with the bytes
   that did arrive) when the peer closes first, ``ConnectionResetError`` when the connection was lost with an error.
 - The receive buffer starts at ``_FIRST_BUFFER`` and doubles, up to ``_RECEIVE_BUFFER``, each time a read fills
-  all the room it was offered: a busy connection reads in large pieces, an idle one holds little memory.
+  all the room it was offered: a busy connection reads in large pieces, an idle one holds little memory. Once
+  ``_QUIET_READS`` reads in a row brought less than ``_FIRST_BUFFER`` each, the buffer goes back to
+  ``_FIRST_BUFFER`` the next time it is empty (a new one: no view of the old one is ever resized), so a connection
+  that was busy and is now quiet gives its memory back.
 - Reading is paused while nobody waits and ``_PAUSE_AT`` bytes are buffered (a muted or busy connection does not
   buffer without bound), and resumed when a reader consumes them.
 - Writing goes through an ordinary ``asyncio.StreamWriter`` on this protocol (``FlowControlMixin`` gives it
@@ -33,6 +36,7 @@ _FIRST_BUFFER = 16 * 1024  # an idle connection's receive buffer (a thousand idl
 _RECEIVE_BUFFER = 256 * 1024  # the receive buffer's size once reads fill what it offers
 _PAUSE_AT = _RECEIVE_BUFFER  # unread bytes at which reading pauses until a reader takes them
 _OWN_BUFFER_FROM = 64 * 1024  # reads at least this large get a buffer of their own, filled by the transport
+_QUIET_READS = 32  # small reads in a row after which a grown receive buffer is given back
 
 OnConnection = Callable[["FrameStream", asyncio.StreamWriter], Awaitable[None]]
 
@@ -46,6 +50,7 @@ class FrameStream(asyncio.streams.FlowControlMixin, asyncio.BufferedProtocol):
         self._buf = bytearray(_FIRST_BUFFER)
         self._offered = 0  # the room the last get_buffer offered in the receive buffer
         self._grow = False  # the last read filled that room: offer more next time
+        self._quiet = 0  # reads in a row that brought less than _FIRST_BUFFER
         self._start = 0  # unread bytes are _buf[_start:_end]
         self._end = 0
         self._own: bytearray | None = None  # the large read in progress, filled up to _own_filled
@@ -73,6 +78,9 @@ class FrameStream(asyncio.streams.FlowControlMixin, asyncio.BufferedProtocol):
             self._grow = False
             if len(self._buf) < _RECEIVE_BUFFER:
                 self._double()
+        elif self._quiet >= _QUIET_READS and self._end == 0 and len(self._buf) > _FIRST_BUFFER:
+            self._buf = bytearray(_FIRST_BUFFER)  # empty and quiet: give the grown buffer back
+            self._quiet = 0
         if self._end == len(self._buf):
             self._make_room()
         self._offered = len(self._buf) - self._end
@@ -88,6 +96,7 @@ class FrameStream(asyncio.streams.FlowControlMixin, asyncio.BufferedProtocol):
         if self._discard:
             return
         self._grow = nbytes == self._offered
+        self._quiet = self._quiet + 1 if nbytes < _FIRST_BUFFER else 0
         self._end += nbytes
         self._wake()
         if self._end - self._start >= _PAUSE_AT and self._waiter is None:

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from odradek.broker.frame_stream import _OWN_BUFFER_FROM, _PAUSE_AT, FrameStream
+from odradek.broker.frame_stream import _FIRST_BUFFER, _OWN_BUFFER_FROM, _PAUSE_AT, _QUIET_READS, FrameStream
 from odradek.security.tls import client_context, load_tls_settings, server_context
 from tests.security import certs
 
@@ -175,4 +175,37 @@ def test_discard_until_eof_drops_what_comes_and_returns_at_the_close() -> None:
             assert not done.is_set()
             w.close()
             await asyncio.wait_for(done.wait(), 10)
+    asyncio.run(run())
+
+
+def test_a_grown_receive_buffer_is_given_back_once_the_connection_is_quiet() -> None:
+    async def run() -> None:
+        streams: list[FrameStream] = []
+        sizes: list[int] = []
+        small = 0
+
+        async def handler(reader: FrameStream, writer: asyncio.StreamWriter) -> None:
+            streams.append(reader)
+            for _ in range(4 + small):
+                (n,) = struct.unpack(">i", await reader.readexactly(4))
+                await reader.readexactly(n)
+                sizes.append(len(reader._buf))
+                writer.write(b"k")
+                await writer.drain()
+
+        small = _QUIET_READS + 2
+        server, port = await _serve(handler, None)
+        async with server:
+            r, w = await _connect(port, None)
+            # a busy phase: many small frames at once, so that reads fill the room they are offered
+            w.write(b"".join(struct.pack(">i", 60_000) + bytes(60_000) for _ in range(4)))
+            await w.drain()
+            await asyncio.wait_for(r.readexactly(4), 10)
+            grown = max(sizes)
+            assert grown > _FIRST_BUFFER
+            for _ in range(small):  # then a quiet one: a small frame at a time, each answered before the next
+                w.write(struct.pack(">i", 10) + bytes(10))
+                await asyncio.wait_for(r.readexactly(1), 10)
+            assert sizes[-1] == _FIRST_BUFFER
+            w.close()
     asyncio.run(run())
