@@ -272,6 +272,7 @@ class Broker:
     tansu_exe: Path | None = None
     env: dict[str, str] = field(default_factory=dict)  # extra environment of the broker process
     overrides: list[str] = field(default_factory=list)  # odradek: server.properties keys, key=value
+    launcher: list[str] = field(default_factory=lambda: ["-m", "odradek.cli.main"])  # odradek: python's arguments
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path = field(default_factory=Path)
@@ -285,7 +286,7 @@ class Broker:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}.{self.kind}.log"
         if self.kind == "odradek":
-            cmd = [sys.executable, "-m", "odradek.cli.main", "--log-level", "WARNING", "serve",
+            cmd = [sys.executable, *self.launcher, "--log-level", "WARNING", "serve",
                    "--port", str(self.port), "--data-dir", str(self.data_dir / "data"), "--override", "http.listeners="]
             for kv in self.overrides:
                 cmd += ["--override", kv]

@@ -138,6 +138,7 @@ def freeze_startup_objects() -> None:
 
 async def _serve(config: BrokerConfig) -> int:
     from odradek.broker.broker import Broker
+    from odradek.broker.heap import HeapSettler
     from odradek.broker.server import Server
     from odradek.cluster.zk.layout import ZkError
     from odradek.protocol.errors import KafkaError
@@ -163,7 +164,11 @@ async def _serve(config: BrokerConfig) -> int:
     if server.broker.fatal is not None:
         stop.set()
     freeze_startup_objects()
+    settler = HeapSettler(loop)
+    server.broker.replicas.on_partitions_added = settler.partitions_added
+    server.broker.replicas.on_partitions_removed = settler.partitions_removed
     log.info("started (press Ctrl-C to stop)")
     await stop.wait()
+    settler.cancel()
     await server.stop()
     return 1 if server.broker.fatal is not None else 0

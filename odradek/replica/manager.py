@@ -58,6 +58,9 @@ class ReplicaManager:
         self.on_followers_changed: Callable[[], None] | None = None
         # called with (topic, partition, leads now, leader epoch) when this broker gains or loses a leadership
         self.on_leadership: Callable[[str, int, bool, int], None] | None = None
+        # the partition set grew or shrank by n (``broker/heap.py`` keeps a large broker's full GCs short)
+        self.on_partitions_added: Callable[[int], None] | None = None
+        self.on_partitions_removed: Callable[[int], None] | None = None
         # whether a broker is in controlled shutdown: it is not added back to ISRs it is leaving
         self.is_shutting_down: Callable[[int], bool] = lambda _broker: False
         # ISR changes this broker made as a leader and wrote (Kafka's IsrShrinksPerSec and IsrExpandsPerSec)
@@ -99,6 +102,8 @@ class ReplicaManager:
         part = self._partitions.get(tp)
         if part is None or part.log is not lg:
             part = self._partitions[tp] = Partition(lg, self.local_id, replicated=self.replicated)
+            if self.on_partitions_added is not None:
+                self.on_partitions_added(1)
         return part
 
     def apply_state(self, topic: str, partition: int, state: LeaderAndIsr, replicas: tuple[int, ...]) -> None:
@@ -118,6 +123,8 @@ class ReplicaManager:
         if part is None:
             lg = self.log_manager.get_or_create_log(topic, partition)
             part = self._partitions[tp] = Partition(lg, self.local_id, replicated=True)
+            if self.on_partitions_added is not None:
+                self.on_partitions_added(1)
         was_leader = part.is_leader
         if state.leader == self.local_id:
             if part.make_leader(state, replicas, self.clock.milliseconds()):
@@ -140,6 +147,8 @@ class ReplicaManager:
     def remove(self, topic: str, partition: int, *, delete: bool) -> None:
         part = self._partitions.pop((topic, partition), None)
         if part is not None:
+            if self.on_partitions_removed is not None:
+                self.on_partitions_removed(1)
             was_leader = part.is_leader
             part.make_none("removed")
             self._followers_changed()
