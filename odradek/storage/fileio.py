@@ -12,7 +12,7 @@ Invariants:
   ``OSError``.
 - ``opened`` closes the descriptor it opened on every path out of its block.
 - A ``FileMapping`` holds no descriptor, and no buffer over its memory ever leaves it: it is read and written only
-  through its own calls (``unpack_from``, ``pack_into``, ``read``), which copy values in or out, so nothing can
+  through its own calls (``unpack_from``, ``pack_into``, ``last_at_most``, ``read``), which copy values in or out, so nothing can
   touch the memory after ``close()`` unmaps it (reading it then raises ``ValueError``). ``close()`` is idempotent,
   and runs when the object is collected. A read-only mapping refuses ``pack_into`` with ``TypeError`` instead of
   faulting.
@@ -98,6 +98,21 @@ class FileMapping:
 
     def pack_into(self, st: struct.Struct, offset: int, *values: Any) -> None:
         st.pack_into(self._view, offset, *values)
+
+    def last_at_most(self, st: struct.Struct, field: int, key: int, count: int) -> int:
+        """Of the first ``count`` records ``st`` packed one after another from the start, sorted by ``field``: the
+        index of the last whose ``field`` is <= ``key``, or -1 (a binary search, in one call)."""
+        unpack, size, view = st.unpack_from, st.size, self._view
+        if not count or unpack(view, 0)[field] > key:
+            return -1
+        lo, hi = 0, count - 1
+        while lo < hi:
+            mid = (lo + hi + 1) >> 1
+            if unpack(view, mid * size)[field] <= key:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
 
     def read(self, offset: int, n: int) -> bytes:
         """A copy of ``n`` bytes from ``offset``."""

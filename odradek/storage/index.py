@@ -168,14 +168,20 @@ class _MmapIndex:
             self._cached_last_n = self._entries
         return self._cached_last
 
-    def _write(self, a: int, b: int) -> None:
+    def _room(self, n: int) -> int:
+        """Where ``n`` more entries go (a byte offset), once checked that they fit and have disk blocks."""
         if not self.writable:
             raise StorageError(f"index {self.path} is closed for appends")
-        if self._entries >= self.max_entries:
-            raise StorageError(f"index {self.path} is full ({self._entries} entries)")
+        if self._entries + n > self.max_entries:
+            more = f", {n} more" if n > 1 else ""
+            raise StorageError(f"index {self.path} is full ({self._entries} entries{more})")
         at = self._entries * self.entry_size
-        if at + self.entry_size > self._backed:
-            self._reserve(at + self.entry_size)
+        if at + n * self.entry_size > self._backed:
+            self._reserve(at + n * self.entry_size)
+        return at
+
+    def _write(self, a: int, b: int) -> None:
+        at = self._room(1)
         self._mm.pack_into(self.ENTRY, at, a, b)  # type: ignore[union-attr]
         self._entries += 1
         self._cached_last, self._cached_last_n = (a, b), self._entries
@@ -187,16 +193,9 @@ class _MmapIndex:
         and the file share the page cache, so lookups see the entries at once."""
         if not rows:
             return
-        if not self.writable:
-            raise StorageError(f"index {self.path} is closed for appends")
-        if self._entries + len(rows) > self.max_entries:
-            raise StorageError(f"index {self.path} is full ({self._entries} entries, {len(rows)} more)")
-        at = self._entries * self.entry_size
-        end = at + len(rows) * self.entry_size
-        if end > self._backed:
-            self._reserve(end)
+        at = self._room(len(rows))
         pack, size = self.ENTRY.pack_into, self.entry_size
-        buf = bytearray(end - at)
+        buf = bytearray(len(rows) * size)
         pos = 0
         for a, b in rows:
             pack(buf, pos, a, b)
@@ -214,17 +213,7 @@ class _MmapIndex:
         mm = self._map()
         if mm is None or not self._entries:  # a writable map holds stale or zeroed slots past _entries
             return -1
-        unpack, entry, size = mm.unpack_from, self.ENTRY, self.entry_size
-        lo, hi = 0, self._entries - 1
-        if unpack(entry, 0)[field] > key:
-            return -1
-        while lo < hi:
-            mid = (lo + hi + 1) >> 1
-            if unpack(entry, mid * size)[field] <= key:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+        return mm.last_at_most(self.ENTRY, field, key, self._entries)
 
     def truncate_entries(self, keep: int) -> None:
         """Keep only the first ``keep`` entries (an append taken back)."""

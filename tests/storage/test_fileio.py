@@ -98,3 +98,14 @@ def test_indexes_hold_no_descriptor(tmp_path: Path) -> None:
     assert open_fds() == before
     idx.close()
     tix.close()
+
+
+def test_last_at_most_is_a_binary_search_over_packed_records(tmp_path: Path) -> None:
+    st = struct.Struct(">II")
+    path = tmp_path / "f"
+    path.write_bytes(b"".join(st.pack(k, 1000 - k) for k in (3, 5, 5, 9, 20)))
+    m = FileMapping(path, 5 * st.size, writable=False)
+    assert [m.last_at_most(st, 0, key, 5) for key in (0, 3, 4, 5, 8, 9, 19, 20, 99)] == [-1, 0, 0, 2, 2, 3, 3, 4, 4]
+    assert m.last_at_most(st, 0, 99, 2) == 1  # only the first `count` records
+    assert m.last_at_most(st, 0, 99, 0) == -1
+    m.close()
