@@ -31,6 +31,7 @@ from odradek.broker.handlers.acls import NO_AUTHORIZER
 from odradek.broker.handlers.client_quotas import QuotaOp, alter_entity
 from odradek.cli.transactions import OpenTransaction, hanging, open_candidates
 from odradek.console.errors import ConsoleError
+from odradek.console.peers import Peers
 from odradek.protocol.errors import ErrorCode
 from odradek.quota import entity as qe
 from odradek.quota.entity import describe as describe_entity
@@ -339,3 +340,113 @@ async def remove_acl(b: Broker, form: dict[str, str]) -> AclBinding:
         if error is not None:
             raise ConsoleError(error.message)
     return binding
+
+
+# -- transactions in a cluster ----------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ClusterTransactions:
+    """The transactions page's lists over the whole cluster, and a notice per broker that did not answer."""
+
+    transactions: list[TxnRow]
+    producers: list[OpenProducer]
+    hanging: list[OpenTransaction]
+    notices: list[str]
+
+
+def _local_states(b: Broker) -> dict[_TP, list[_State]]:
+    states: dict[_TP, list[_State]] = {}
+    for part in b.replicas.partitions():
+        if part.is_leader:
+            producers = [
+                _State(p.producer_id, p.producer_epoch, p.coordinator_epoch, p.current_txn_start_offset,
+                       p.last_timestamp)
+                for p in part.log.active_producers()
+            ]
+            if producers:
+                states[_TP(part.topic, part.index)] = producers
+    return states
+
+
+def _led_elsewhere(b: Broker) -> dict[int, list[tuple[str, int]]]:
+    """The partitions each other live broker leads, from the cluster image."""
+    cluster = b.cluster
+    out: dict[int, list[tuple[str, int]]] = {}
+    if cluster is None:
+        return out
+    for tp, state in cluster.states.items():
+        if state.leader != b.node_id and state.leader in cluster.brokers:
+            out.setdefault(state.leader, []).append(tp)
+    return out
+
+
+async def cluster_transactions(b: Broker, peers: Peers) -> ClusterTransactions:
+    """Every transactional id of the cluster (ListTransactions and DescribeTransactions to every live broker; this
+    one's coordinator read in memory), the open transactions of every partition (DescribeProducers to each
+    leader; this broker's led partitions read in memory) and the hanging ones among them (Kafka's rule, as
+    ``hanging_transactions``). While a coordinator does not answer, no transaction is called hanging: one it still
+    drives could not be told from one nobody will end."""
+    others = [x for x in peers.live() if x != peers.node_id]
+    listed, notices = await peers.each({x: peers.transactions(x) for x in others})
+    described, producer_notices = await peers.each(
+        {x: peers.producers(x, tps) for x, tps in _led_elsewhere(b).items()}
+    )
+    rows = transactions(b)
+    for found in listed.values():
+        rows += [TxnRow(**t) for t in found]
+    rows.sort(key=lambda r: r.transactional_id)
+    states: dict[Any, list[Any]] = dict(_local_states(b))
+    for found_states in described.values():
+        for (t, p), producers in found_states.items():
+            if producers:
+                states[_TP(t, p)] = [
+                    _State(int(s.producer_id), int(s.producer_epoch), int(s.coordinator_epoch),
+                           int(s.current_txn_start_offset), int(s.last_timestamp))
+                    for s in producers
+                ]
+    open_ones = sorted(
+        (
+            OpenProducer(tp.topic, tp.partition, s.producer_id, s.producer_epoch, s.current_transaction_start_offset,
+                         s.last_timestamp)
+            for tp, producers in states.items()
+            for s in producers
+            if s.current_transaction_start_offset >= 0
+        ),
+        key=lambda o: (o.topic, o.partition, o.producer_id),
+    )
+    found_hanging: list[OpenTransaction] = []
+    if notices:
+        notices.append("hanging transactions are not shown while a transaction coordinator does not answer")
+    else:
+        timeout = int(b.config.values["transaction.max.timeout.ms"])
+        candidates = open_candidates(states, now_ms=b.clock.milliseconds(), max_timeout_ms=timeout)
+        tids = {r.producer_id: r.transactional_id for r in rows}
+        descriptions = {r.transactional_id: _Described([_TP(t, p) for t, p in r.partitions]) for r in rows}
+        found_hanging = hanging(candidates, tids, descriptions)
+    return ClusterTransactions(rows, open_ones, found_hanging, notices + producer_notices)
+
+
+async def abort_transaction_cluster(b: Broker, peers: Peers, topic: str, partition: int,
+                                    start_offset: int) -> OpenProducer:
+    """``abort_transaction`` for a partition led anywhere in the cluster, routed as ``kafka-transactions.sh abort
+    --start-offset``: DescribeProducers to the partition's leader finds the producer whose open transaction starts
+    there, then WriteTxnMarkers to that leader writes its ABORT marker (answered once committed)."""
+    leader = peers.leader(topic, partition)
+    if leader is None:
+        raise ConsoleError(f"{topic}-{partition} has no leader now: retry")
+    if leader == peers.node_id:
+        return await abort_transaction(b, topic, partition, start_offset)
+    found = (await peers.producers(leader, [(topic, partition)])).get((topic, partition))
+    if found is None:
+        raise ConsoleError(f"broker {leader} could not describe the producers of {topic}-{partition}")
+    matching = [s for s in found if int(s.current_txn_start_offset) == start_offset]
+    if not matching:
+        raise ConsoleError(f"no open transaction starts at offset {start_offset} in {topic}-{partition}")
+    s = matching[0]
+    code = await peers.write_abort_marker(leader, topic, partition, int(s.producer_id), int(s.producer_epoch),
+                                          max(int(s.coordinator_epoch), 0))
+    if code != ErrorCode.NONE:
+        raise ConsoleError(f"broker {leader} refused the ABORT marker in {topic}-{partition}: {code.name}")
+    return OpenProducer(topic, partition, int(s.producer_id), int(s.producer_epoch), start_offset,
+                        int(s.last_timestamp))
