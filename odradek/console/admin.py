@@ -2,14 +2,17 @@
 
 - Transactions: the transaction coordinator's ids (``broker.txns.view()``: ListTransactions and
   DescribeTransactions' data), and the producers with an open transaction in the partitions this broker leads
-  (``Log.active_producers``: DescribeProducers' data).
+  (``Log.active_producers``: DescribeProducers' data). In a cluster (``cluster_transactions``), the same over every
+  broker: ListTransactions and DescribeTransactions to every live broker, DescribeProducers to each partition's
+  leader (``peers.py``); what this broker coordinates or leads is read in memory.
 - Hanging transactions: Kafka's rule, the CLI's code (``cli/transactions.open_candidates`` and ``hanging``): an
   open transaction in a partition whose producer last wrote longer ago than ``transaction.max.timeout.ms``, and
   that the coordinator does not know as including that partition.
 - Aborting a hanging transaction writes an ABORT marker for the producer whose open transaction starts at the
   given offset, with its epoch and coordinator epoch (0 if the partition has seen none), as
   ``kafka-transactions.sh abort --start-offset`` does, through ``Broker.append_txn_marker`` (WriteTxnMarkers' path);
-  in a cluster it counts once every in-sync replica has it.
+  in a cluster it counts once every in-sync replica has it, and a partition led by another broker is aborted as
+  the tool does it: DescribeProducers then WriteTxnMarkers to its leader.
 - Quotas: ``Broker.client_quota_configs``; ACLs: the authorizer's bindings (None when no authorizer is set).
 - Changing a quota is one AlterClientQuotas entry through the handler's own ``alter_entity`` (same validation and
   messages, cluster-wide through ``Broker.alter_client_quota``); an entity is named as kafka-configs names it, a
@@ -18,8 +21,10 @@
   path (Kafka's validation of a binding; in a cluster ZooKeeper's znodes and change notifications); a removal
   names one binding exactly. Without an authorizer both are refused, as Kafka answers SECURITY_DISABLED.
 
-Invariants: in-memory state only; the producer scan visits each local partition once per view of the
-transactions page (no disk reads).
+Invariants: on a single node in-memory state only; the producer scan visits each local partition once per view of
+the transactions page (no disk reads). In a cluster the other brokers are asked, each request bounded in time; a
+broker that does not answer is a notice, and while a transaction coordinator does not answer no transaction is
+called hanging (one it still drives could not be told from one nobody will end).
 """
 
 from __future__ import annotations

@@ -1,17 +1,24 @@
 """Consumer groups as the console shows them: state, members and their assignments, committed offsets, lag, and
 resetting a group's offsets (with a dry run).
 
-Read from the group coordinator of this broker (``broker.groups.view()``: in a cluster, the groups whose
-``__consumer_offsets`` partition this broker leads). Lag is what ``kafka-consumer-groups.sh`` prints: the
-partition's log end (its high watermark, from the local replica) minus the committed offset, never below 0; none
-without a committed offset or a local replica.
+On a single node, read from this broker's group coordinator in memory (``broker.groups.view()``). In a cluster,
+every group of the cluster, wherever it is coordinated (``peers.py``): ListGroups to every live broker, then
+DescribeGroups and OffsetFetch to each shown group's coordinator (the leader of its ``__consumer_offsets``
+partition, as FindCoordinator finds it); what this broker coordinates is still read in memory. Lag is what
+``kafka-consumer-groups.sh`` prints: the partition's log end (its high watermark: on a single node the local
+replica's; in a cluster the leader's, by ListOffsets unless this broker leads it) minus the committed offset, never
+below 0; none without a committed offset or a known end.
 
 Resetting reuses the CLI's planner (``cli/groups_reset.plan_offsets``: Kafka's rules and clamping) and commits
-through the coordinator as an admin commit (generation -1, no member), which the coordinator accepts only for an
-Empty or unknown group; like Kafka's tool, any other state is refused up front with its message.
+as an admin commit (generation -1, no member), which the coordinator accepts only for an Empty or unknown group;
+like Kafka's tool, any other state is refused up front with its message. In a cluster the earliest, latest and
+by-time offsets come from the partitions' leaders (ListOffsets) and the commit is an OffsetCommit to the group's
+coordinator (this broker's coordinator directly when it is that).
 
-Invariants: listing and describing read in-memory state only (cheap on the event loop); only a reset to a
-date-time reads logs (``offset_for_timestamp``, run in a worker thread).
+Invariants: on a single node listing and describing read in-memory state only (cheap on the event loop); in a
+cluster they also await requests to the other brokers, each bounded in time, and a broker that does not answer
+becomes a notice (its groups are left out of the list, or the group's page says so), never an error page; only a
+reset to a date-time reads logs (``offset_for_timestamp``, run in a worker thread).
 """
 
 from __future__ import annotations
@@ -326,7 +333,10 @@ async def cluster_listed(b: Broker, peers: Peers) -> tuple[dict[str, tuple[int, 
     out: dict[str, tuple[int, dict[str, str]]] = {}
     for broker in sorted(answers):
         for g in answers[broker]:
-            out.setdefault(g["group_id"], (broker, g))
+            gid = g["group_id"]
+            # listed twice while its coordinator moves: the broker the image names now wins
+            if gid not in out or peers.coordinator(b.groups.topic, gid) == broker:
+                out[gid] = (broker, g)
     return out, notices
 
 

@@ -49,6 +49,9 @@ DEADLINE_MS = 10_000  # one request's worst case: backoff + connect + request, w
 LATEST = -1
 EARLIEST = -2
 
+# a coordinator moving or loading: the page says so (reload to retry) rather than showing the group as unknown
+_MOVING = (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+
 _API_NAMES = {
     apis.LIST_GROUPS: "ListGroups",
     apis.DESCRIBE_GROUPS: "DescribeGroups",
@@ -179,8 +182,12 @@ class Peers:
                             {"groups": group_ids, "include_authorized_operations": False})
         out = {}
         for g in r.groups:
+            code = ErrorCode(int(g.error_code))
+            if code in _MOVING:
+                raise PeerError(broker_id, f"broker {broker_id} could not describe group '{g.group_id}': "
+                                           f"{code.name} (retry)")
             out[g.group_id] = {
-                "error_code": ErrorCode(int(g.error_code)),
+                "error_code": code,
                 "group_id": g.group_id,
                 "group_state": g.group_state,
                 "protocol_type": g.protocol_type,
@@ -209,8 +216,7 @@ class Peers:
         out: dict[str, dict[TP, int]] = {}
         for g in r.groups:
             code = ErrorCode(int(g.error_code))
-            if code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-                        ErrorCode.COORDINATOR_NOT_AVAILABLE):
+            if code in _MOVING:
                 raise PeerError(broker_id, f"broker {broker_id} could not fetch the offsets of group "
                                            f"'{g.group_id}': {code.name} (retry)")
             offsets: dict[TP, int] = {}
