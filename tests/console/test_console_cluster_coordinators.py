@@ -211,6 +211,19 @@ def test_group_page_and_members_from_a_broker_that_does_not_coordinate_it(
     assert status == 404
 
 
+def test_lag_chart_of_a_group_coordinated_elsewhere(cluster: Cluster, groups: dict[str, dict[int, int]]) -> None:
+    for b in cluster.each():
+        reset_one = next(iter(groups))  # its lag changed with the reset: not this one
+        gid = next(g for g in groups if g != reset_one and coordinator(cluster, "__consumer_offsets", g) != b.broker_id)
+
+        def charted(b: ClusterBroker = b, gid: str = gid) -> str | None:
+            status, body = get(b, f"/groups/{gid}")
+            return body if status == 200 and 'id="lag-chart"' in body else None
+
+        body = wait_until(charted, what=f"a lag chart of {gid} on broker {b.broker_id}")  # sampled every 5 s
+        assert f'aria-label="lag over time, max {lag_of(groups[gid]) or 1}"' in body
+
+
 def test_offset_reset_dry_run_and_executed_from_a_broker_that_does_not_coordinate_it(
     cluster: Cluster, groups: dict[str, dict[int, int]]
 ) -> None:
