@@ -29,6 +29,7 @@ called hanging (one it still drives could not be told from one nobody will end).
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -393,9 +394,9 @@ async def cluster_transactions(b: Broker, peers: Peers) -> ClusterTransactions:
     ``hanging_transactions``). While a coordinator does not answer, no transaction is called hanging: one it still
     drives could not be told from one nobody will end."""
     others = [x for x in peers.live() if x != peers.node_id]
-    listed, notices = await peers.each({x: peers.transactions(x) for x in others})
-    described, producer_notices = await peers.each(
-        {x: peers.producers(x, tps) for x, tps in _led_elsewhere(b).items()}
+    (listed, notices), (described, producer_notices) = await asyncio.gather(
+        peers.each({x: peers.transactions(x) for x in others}),
+        peers.each({x: peers.producers(x, tps) for x, tps in _led_elsewhere(b).items()}),
     )
     rows = transactions(b)
     for found in listed.values():

@@ -15,7 +15,8 @@ read_uncommitted) to the leader.
 
 Invariants:
 - every request is bounded in time (``REQUEST_TIMEOUT_MS`` per request; connecting by ``CONNECT_TIMEOUT_MS`` plus
-  the pool's reconnect backoff; the whole by ``DEADLINE_MS``): a broker that does not answer becomes a
+  the pool's reconnect backoff, at most 1.2 s; the whole by ``DEADLINE_MS`` plus the request's timeout, should the
+  pool's own bounds ever fail): a broker that does not answer becomes a
   ``PeerError`` whose message the page shows as a notice, never a hang or a 500;
 - requests to different brokers are sent concurrently; requests are never retried (a page is reloaded instead);
 - what this broker coordinates or leads is read from its in-memory state, never requested from itself;
@@ -351,10 +352,11 @@ class Peers:
 
 
 def _ms(value: Any) -> int:
-    """Milliseconds of a kio ``timedelta`` or ``datetime`` (an epoch time; -1 when unset)."""
+    """Milliseconds of a kio ``timedelta`` or ``datetime`` (an epoch time; -1 when unset, which the wire carries as
+    the epoch itself: kio cannot encode a negative time)."""
     if isinstance(value, datetime.timedelta):
         return int(value.total_seconds() * 1000)
     if isinstance(value, datetime.datetime):
         ms = int(value.timestamp() * 1000)
-        return ms if ms >= 0 else -1
+        return ms if ms > 0 else -1
     return int(value) if value is not None else -1
