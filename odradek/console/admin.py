@@ -2,14 +2,17 @@
 
 - Transactions: the transaction coordinator's ids (``broker.txns.view()``: ListTransactions and
   DescribeTransactions' data), and the producers with an open transaction in the partitions this broker leads
-  (``Log.active_producers``: DescribeProducers' data).
+  (``Log.active_producers``: DescribeProducers' data). In a cluster (``cluster_transactions``), the same over every
+  broker: ListTransactions and DescribeTransactions to every live broker, DescribeProducers to each partition's
+  leader (``peers.py``); what this broker coordinates or leads is read in memory.
 - Hanging transactions: Kafka's rule, the CLI's code (``cli/transactions.open_candidates`` and ``hanging``): an
   open transaction in a partition whose producer last wrote longer ago than ``transaction.max.timeout.ms``, and
   that the coordinator does not know as including that partition.
 - Aborting a hanging transaction writes an ABORT marker for the producer whose open transaction starts at the
   given offset, with its epoch and coordinator epoch (0 if the partition has seen none), as
   ``kafka-transactions.sh abort --start-offset`` does, through ``Broker.append_txn_marker`` (WriteTxnMarkers' path);
-  in a cluster it counts once every in-sync replica has it.
+  in a cluster it counts once every in-sync replica has it, and a partition led by another broker is aborted as
+  the tool does it: DescribeProducers then WriteTxnMarkers to its leader.
 - Quotas: ``Broker.client_quota_configs``; ACLs: the authorizer's bindings (None when no authorizer is set).
 - Changing a quota is one AlterClientQuotas entry through the handler's own ``alter_entity`` (same validation and
   messages, cluster-wide through ``Broker.alter_client_quota``); an entity is named as kafka-configs names it, a
@@ -18,12 +21,15 @@
   path (Kafka's validation of a binding; in a cluster ZooKeeper's znodes and change notifications); a removal
   names one binding exactly. Without an authorizer both are refused, as Kafka answers SECURITY_DISABLED.
 
-Invariants: in-memory state only; the producer scan visits each local partition once per view of the
-transactions page (no disk reads).
+Invariants: on a single node in-memory state only; the producer scan visits each local partition once per view of
+the transactions page (no disk reads). In a cluster the other brokers are asked, each request bounded in time; a
+broker that does not answer is a notice, and while a transaction coordinator does not answer no transaction is
+called hanging (one it still drives could not be told from one nobody will end).
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -31,6 +37,7 @@ from odradek.broker.handlers.acls import NO_AUTHORIZER
 from odradek.broker.handlers.client_quotas import QuotaOp, alter_entity
 from odradek.cli.transactions import OpenTransaction, hanging, open_candidates
 from odradek.console.errors import ConsoleError
+from odradek.console.peers import Peers
 from odradek.protocol.errors import ErrorCode
 from odradek.quota import entity as qe
 from odradek.quota.entity import describe as describe_entity
@@ -339,3 +346,113 @@ async def remove_acl(b: Broker, form: dict[str, str]) -> AclBinding:
         if error is not None:
             raise ConsoleError(error.message)
     return binding
+
+
+# -- transactions in a cluster ----------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ClusterTransactions:
+    """The transactions page's lists over the whole cluster, and a notice per broker that did not answer."""
+
+    transactions: list[TxnRow]
+    producers: list[OpenProducer]
+    hanging: list[OpenTransaction]
+    notices: list[str]
+
+
+def _local_states(b: Broker) -> dict[_TP, list[_State]]:
+    states: dict[_TP, list[_State]] = {}
+    for part in b.replicas.partitions():
+        if part.is_leader:
+            producers = [
+                _State(p.producer_id, p.producer_epoch, p.coordinator_epoch, p.current_txn_start_offset,
+                       p.last_timestamp)
+                for p in part.log.active_producers()
+            ]
+            if producers:
+                states[_TP(part.topic, part.index)] = producers
+    return states
+
+
+def _led_elsewhere(b: Broker) -> dict[int, list[tuple[str, int]]]:
+    """The partitions each other live broker leads, from the cluster image."""
+    cluster = b.cluster
+    out: dict[int, list[tuple[str, int]]] = {}
+    if cluster is None:
+        return out
+    for tp, state in cluster.states.items():
+        if state.leader != b.node_id and state.leader in cluster.brokers:
+            out.setdefault(state.leader, []).append(tp)
+    return out
+
+
+async def cluster_transactions(b: Broker, peers: Peers) -> ClusterTransactions:
+    """Every transactional id of the cluster (ListTransactions and DescribeTransactions to every live broker; this
+    one's coordinator read in memory), the open transactions of every partition (DescribeProducers to each
+    leader; this broker's led partitions read in memory) and the hanging ones among them (Kafka's rule, as
+    ``hanging_transactions``). While a coordinator does not answer, no transaction is called hanging: one it still
+    drives could not be told from one nobody will end."""
+    others = [x for x in peers.live() if x != peers.node_id]
+    (listed, notices), (described, producer_notices) = await asyncio.gather(
+        peers.each({x: peers.transactions(x) for x in others}),
+        peers.each({x: peers.producers(x, tps) for x, tps in _led_elsewhere(b).items()}),
+    )
+    rows = transactions(b)
+    for found in listed.values():
+        rows += [TxnRow(**t) for t in found]
+    rows.sort(key=lambda r: r.transactional_id)
+    states: dict[Any, list[Any]] = dict(_local_states(b))
+    for found_states in described.values():
+        for (t, p), producers in found_states.items():
+            if producers:
+                states[_TP(t, p)] = [
+                    _State(int(s.producer_id), int(s.producer_epoch), int(s.coordinator_epoch),
+                           int(s.current_txn_start_offset), int(s.last_timestamp))
+                    for s in producers
+                ]
+    open_ones = sorted(
+        (
+            OpenProducer(tp.topic, tp.partition, s.producer_id, s.producer_epoch, s.current_transaction_start_offset,
+                         s.last_timestamp)
+            for tp, producers in states.items()
+            for s in producers
+            if s.current_transaction_start_offset >= 0
+        ),
+        key=lambda o: (o.topic, o.partition, o.producer_id),
+    )
+    found_hanging: list[OpenTransaction] = []
+    if notices:
+        notices.append("hanging transactions are not shown while a transaction coordinator does not answer")
+    else:
+        timeout = int(b.config.values["transaction.max.timeout.ms"])
+        candidates = open_candidates(states, now_ms=b.clock.milliseconds(), max_timeout_ms=timeout)
+        tids = {r.producer_id: r.transactional_id for r in rows}
+        descriptions = {r.transactional_id: _Described([_TP(t, p) for t, p in r.partitions]) for r in rows}
+        found_hanging = hanging(candidates, tids, descriptions)
+    return ClusterTransactions(rows, open_ones, found_hanging, notices + producer_notices)
+
+
+async def abort_transaction_cluster(b: Broker, peers: Peers, topic: str, partition: int,
+                                    start_offset: int) -> OpenProducer:
+    """``abort_transaction`` for a partition led anywhere in the cluster, routed as ``kafka-transactions.sh abort
+    --start-offset``: DescribeProducers to the partition's leader finds the producer whose open transaction starts
+    there, then WriteTxnMarkers to that leader writes its ABORT marker (answered once committed)."""
+    leader = peers.leader(topic, partition)
+    if leader is None:
+        raise ConsoleError(f"{topic}-{partition} has no leader now: retry")
+    if leader == peers.node_id:
+        return await abort_transaction(b, topic, partition, start_offset)
+    found = (await peers.producers(leader, [(topic, partition)])).get((topic, partition))
+    if found is None:
+        raise ConsoleError(f"broker {leader} could not describe the producers of {topic}-{partition}")
+    matching = [s for s in found if int(s.current_txn_start_offset) == start_offset]
+    if not matching:
+        raise ConsoleError(f"no open transaction starts at offset {start_offset} in {topic}-{partition}")
+    s = matching[0]
+    code = await peers.write_abort_marker(leader, topic, partition, int(s.producer_id), int(s.producer_epoch),
+                                          max(int(s.coordinator_epoch), 0))
+    if code != ErrorCode.NONE:
+        raise ConsoleError(f"broker {leader} refused the ABORT marker in {topic}-{partition}: {code.name}")
+    return OpenProducer(topic, partition, int(s.producer_id), int(s.producer_epoch), start_offset,
+                        int(s.last_timestamp))

@@ -7,7 +7,9 @@ the query string, so reloading never repeats it.
 
 Invariants:
 - handlers run on the broker's event loop: they read in-memory state directly, and run anything that reads log
-  files (message pages, timestamp lookups) in a worker thread;
+  files (message pages, timestamp lookups) in a worker thread; in a cluster the group and transaction pages and
+  actions await Kafka requests to the other brokers (``peers.py``, each bounded in time), whose failures are
+  notices on the page (``peer_notices``) or refusals of the action, never a 500;
 - a POST whose ``Origin`` names another host than the request's is refused (403): a page elsewhere cannot drive
   the console through the operator's browser (cross-site request forgery);
 - with an ACL authorizer every page and action first checks the user's ACLs (``access.py``): 403 when refused;
@@ -31,6 +33,7 @@ from odradek.console import access, admin, cluster_view, groups, messages, tail,
 from odradek.console.access import AccessDenied
 from odradek.console.errors import ConsoleError
 from odradek.console.lag_history import LagHistory, chart_svg
+from odradek.console.peers import Peers
 from odradek.protocol.errors import KafkaError
 from odradek.quota.entity import DEFAULT_NAME
 from odradek.security.acl import CLUSTER_NAME, AclBinding, AclOperation, ResourceType
@@ -42,6 +45,7 @@ if TYPE_CHECKING:
 HERE = Path(__file__).parent
 BROKER: web.AppKey[Broker] = web.AppKey("console_broker")
 HISTORY: web.AppKey[LagHistory] = web.AppKey("console_lag_history")
+PEERS: web.AppKey[Peers] = web.AppKey("console_peers")
 TAILS: web.AppKey[set[asyncio.Task[Any]]] = web.AppKey("console_tails")
 MESSAGE_LIMIT = 100
 MAX_MESSAGE_LIMIT = 1000
@@ -84,6 +88,7 @@ def render(request: web.Request, template: str, **context: Any) -> web.Response:
         notice=request.query.get("notice"),
         error=context.pop("error", None) or request.query.get("error"),
         path=request.path,
+        peer_notices=context.pop("peer_notices", None) or [],
         **context,
     )
     return web.Response(text=html, content_type="text/html")
@@ -91,6 +96,13 @@ def render(request: web.Request, template: str, **context: Any) -> web.Response:
 
 def _broker(request: web.Request) -> Broker:
     return request.app[BROKER]
+
+
+def _peers(request: web.Request) -> Peers | None:
+    """The console's client of the other brokers when this one is in a cluster, else None (single node: the group
+    and transaction pages read this broker's coordinators in memory)."""
+    peers = request.app[PEERS]
+    return peers if peers.clustered else None
 
 
 def _int(value: str | None, what: str, default: int | None = None) -> int | None:
@@ -142,15 +154,23 @@ def _page_topic(request: web.Request, operation: AclOperation) -> tuple[Broker, 
 
 async def overview(request: web.Request) -> web.Response:
     b = _cluster_page(request)
+    peers = _peers(request)
+    notices: list[str] = []
+    if peers is None:
+        group_count = len(b.groups.view().list_groups())
+    else:
+        found, notices = await groups.cluster_listed(b, peers)
+        group_count = len(found)
     return render(
         request,
         "overview.html",
+        peer_notices=notices,
         cluster_id=cluster_view.cluster_id(b),
         controller=cluster_view.controller_id(b),
         brokers=cluster_view.brokers(b),
         health=cluster_view.health(b),
         topic_count=len(b.registry.topics),
-        group_count=len(b.groups.view().list_groups()),
+        group_count=group_count,
         mode="cluster" if b.cluster else "single node",
         node_id=b.node_id,
     )
@@ -273,13 +293,18 @@ async def _read_messages(
 async def groups_page(request: web.Request) -> web.Response:
     q = request.query.get("q", "")
     b = _broker(request)
-    listing = groups.list_groups(
-        b,
-        q,
-        _int(request.query.get("page"), "page", 1) or 1,
-        visible=lambda g: access.allowed(request, b, AclOperation.DESCRIBE, ResourceType.GROUP, g),
-    )
-    return render(request, "groups.html", listing=listing, q=q)
+    page = _int(request.query.get("page"), "page", 1) or 1
+    peers = _peers(request)
+    notices: list[str] = []
+
+    def visible(g: str) -> bool:
+        return access.allowed(request, b, AclOperation.DESCRIBE, ResourceType.GROUP, g)
+
+    if peers is None:
+        listing = groups.list_groups(b, q, page, visible=visible)
+    else:
+        listing, notices = await groups.list_groups_cluster(b, peers, q, page, visible=visible)
+    return render(request, "groups.html", listing=listing, q=q, peer_notices=notices, clustered=peers is not None)
 
 
 async def group_page(
@@ -292,11 +317,17 @@ async def group_page(
     b = _broker(request)
     group_id = request.match_info["group"]
     _require_page(request, b, AclOperation.DESCRIBE, ResourceType.GROUP, group_id)
-    detail = groups.describe(b, group_id)
+    peers = _peers(request)
+    notices: list[str] = []
+    if peers is None:
+        detail = groups.describe(b, group_id)
+    else:
+        detail, notices = await groups.describe_cluster(b, peers, group_id)
     if detail is None:
-        raise web.HTTPNotFound(text=f"group '{group_id}' is not known to this broker's group coordinator")
+        where = "its group coordinator" if peers is not None else "this broker's group coordinator"
+        raise web.HTTPNotFound(text=f"group '{group_id}' is not known to {where}")
     history = request.app[HISTORY]
-    if history.due(b.clock.milliseconds()):
+    if peers is None and history.due(b.clock.milliseconds()):  # in a cluster the sampler alone asks the brokers
         history.sample(b.clock.milliseconds(), groups.total_lags(b))
     chart = chart_svg(history.series(group_id))
     return render(
@@ -309,19 +340,29 @@ async def group_page(
         error=error,
         topics=sorted({p.topic for p in detail.partitions}),
         form=form or {},
+        peer_notices=notices,
     )
 
 
 async def transactions_page(request: web.Request) -> web.Response:
     b = _cluster_page(request)
+    peers = _peers(request)
+    if peers is None:
+        found = admin.ClusterTransactions(
+            admin.transactions(b), admin.open_producers(b), admin.hanging_transactions(b), []
+        )
+    else:
+        found = await admin.cluster_transactions(b, peers)
     return render(
         request,
         "transactions.html",
-        transactions=admin.transactions(b)[:MAX_ROWS],
-        producers=admin.open_producers(b)[:MAX_ROWS],
-        hanging=admin.hanging_transactions(b)[:MAX_ROWS],
+        transactions=found.transactions[:MAX_ROWS],
+        producers=found.producers[:MAX_ROWS],
+        hanging=found.hanging[:MAX_ROWS],
         max_rows=MAX_ROWS,
         now=b.clock.milliseconds(),
+        peer_notices=found.notices,
+        clustered=peers is not None,
     )
 
 
@@ -477,7 +518,11 @@ async def abort_transaction(request: web.Request, b: Broker, form: dict[str, str
     start = _int(form.get("start_offset"), "start offset")
     if partition is None or start is None:
         raise ConsoleError("give the topic, partition and start offset of the transaction to abort")
-    p = await admin.abort_transaction(b, topic, partition, start)
+    peers = _peers(request)
+    if peers is None:
+        p = await admin.abort_transaction(b, topic, partition, start)
+    else:
+        p = await admin.abort_transaction_cluster(b, peers, topic, partition, start)
     return (
         "/transactions",
         f"aborted the transaction of producer {p.producer_id} (epoch {p.producer_epoch}) in {topic}-{partition} "
@@ -530,15 +575,32 @@ async def reset_offsets(request: web.Request) -> web.Response:
         access.require(
             request, b, AclOperation.READ if execute else AclOperation.DESCRIBE, ResourceType.GROUP, group_id
         )
-        result = await groups.reset_offsets(
-            b,
-            group_id,
-            form.get("topic") or None,
-            form.get("mode", ""),
-            form.get("value"),
-            execute=execute,
-            may_commit=lambda topic: access.allowed(request, b, AclOperation.READ, ResourceType.TOPIC, topic),
-        )
+        peers = _peers(request)
+
+        def may_commit(topic: str) -> bool:
+            return access.allowed(request, b, AclOperation.READ, ResourceType.TOPIC, topic)
+
+        if peers is None:
+            result = await groups.reset_offsets(
+                b,
+                group_id,
+                form.get("topic") or None,
+                form.get("mode", ""),
+                form.get("value"),
+                execute=execute,
+                may_commit=may_commit,
+            )
+        else:
+            result = await groups.reset_offsets_cluster(
+                b,
+                peers,
+                group_id,
+                form.get("topic") or None,
+                form.get("mode", ""),
+                form.get("value"),
+                execute=execute,
+                may_commit=may_commit,
+            )
     except (ConsoleError, KafkaError) as e:
         if _wants_json(request):
             return web.json_response(
