@@ -12,10 +12,10 @@ Invariants:
   ``OSError``.
 - ``opened`` closes the descriptor it opened on every path out of its block.
 - A ``FileMapping`` holds no descriptor, and no buffer over its memory ever leaves it: it is read and written only
-  through its own calls (``unpack_from``, ``pack_into``, ``last_at_most``, ``read``), which copy values in or out, so nothing can
-  touch the memory after ``close()`` unmaps it (reading it then raises ``ValueError``). ``close()`` is idempotent,
-  and runs when the object is collected. A read-only mapping refuses ``pack_into`` with ``TypeError`` instead of
-  faulting.
+  through its own calls (``unpack_from``, ``pack_into``, ``last_at_most``, ``read``), which copy values in or out,
+  so nothing can touch the memory after ``close()`` unmaps it (reading it then raises ``ValueError``).
+  ``close()`` is idempotent, and runs when the object is collected. A read-only mapping refuses ``pack_into`` with
+  ``TypeError`` instead of faulting.
 - A mapping never reaches past the file's end when made (``ValueError``). Like any mapping, a store into a page
   the file does not back (cut off later, or unallocated on a full disk) raises SIGBUS: the owner sizes the file
   and reserves its blocks first (see ``index.py``).
