@@ -3,22 +3,38 @@ formatting library's own floor, all measured in the same run.
 
 Run (from the repository root)::
 
-    python -m bench.metrics              # full (~6 min on this 2-core machine)
+    python -m bench.metrics              # full (~8 min on this 2-core machine)
     python -m bench.metrics --quick      # smoke test (~2 min)
+    python -m bench.metrics --only throughput --rounds 9
     python -m bench.metrics --only scrape --partitions 10000
 
 What is measured:
 
-- **throughput, metrics on vs off**: a fresh ``odradek serve`` per run; librdkafka's ``rdkafka_performance``
-  produces ``count`` records of 100 B to one partition (acks=1, linger.ms 5, as ``bench/broker_throughput.py``),
-  then consumes them all from the beginning, under two loads: librdkafka's default batches (up to 10,000 records,
-  1 MB: the client is the bottleneck) and small ones (100 records a batch, 16 KiB fetches: ~16,000 produce requests
-  a second, the broker is the bottleneck, and per-request costs show). *Off*: ``http.listeners=`` (no HTTP
-  listener); *on*: an HTTP listener and a scraper that GETs ``/metrics`` every second for the whole run, as
-  Prometheus would (``Accept-Encoding: gzip``). The request counters on the hot path (``odradek/metrics/``) run
-  in both: they cannot be turned off, so "on" is what a scraped broker costs over an unscraped one. Off and on
-  alternate, ``rounds`` pairs; medians. Raw limits beside them (``bench/_raw_net.py``): loopback TCP into a file
-  (produce's) and ``sendfile`` into loopback TCP (consume's). Goal: on >= 0.97x off for both.
+- **throughput, metrics on vs off**: librdkafka's ``rdkafka_performance`` produces ``count`` records of 100 B
+  (default 5 M) to one partition of a new topic (acks=1, linger.ms 5, as ``bench/broker_throughput.py``), then
+  consumes them all from the beginning, under two loads: librdkafka's default batches (up to 10,000 records, 1 MB:
+  the client is the bottleneck) and small ones (100 records a batch, 16 KiB fetches: ~16,000 produce requests a
+  second, the broker is the bottleneck, and per-request costs show). By default one ``odradek serve`` with an HTTP
+  listener serves every run (its topics are deleted after each run, outside the timed phases); *on*: a scraper
+  GETs ``/metrics`` every second for the whole run, as Prometheus would (``Accept-Encoding: gzip``); *off*: nobody
+  scrapes. So this compares a scraped broker with an unscraped one that has an idle HTTP listener (an asyncio
+  server socket waiting in accept, which costs nothing between requests); one broker removes the broker-to-broker
+  variance of fresh processes (page-cache and heap state, ±10-20 % per run here), which swamped the effect.
+  ``--fresh-brokers``: a fresh ``odradek serve`` per run instead, *off* with ``http.listeners=`` empty (no HTTP
+  listener, aiohttp not imported), *on* with a listener and the scraper. The request counters on the hot path
+  (``odradek/metrics/``) run in both modes either way: they cannot be turned off. Each run is
+  measured two ways: wall-clock throughput (MB/s as ``rdkafka_performance`` times it) and the broker process's CPU
+  per record (the on-CPU time of all its threads, ``/proc/<pid>/task/*/schedstat``, in ns: ``/proc/<pid>/stat``'s
+  utime + stime without its 10 ms rounding; sampled before and after each phase, over the records; in "on" runs
+  it includes the scrapes that fell in the phase). ``rounds`` off/on pairs of adjacent runs, the
+  order alternating (off,on then on,off: slow drift of the machine cancels); per pair and per load and phase,
+  the throughput ratio on/off and the CPU ratio off/on (a broker-bound phase's throughput is inversely
+  proportional to its CPU per record, so this is the ratio such a phase would show, and CPU time is not
+  stretched by waits for a CPU that other work on a shared machine holds, as wall time is; for a client-bound
+  phase it is the broker's share only). Reported: each pair's ratios, their median and min-max. Goal: on >= 0.97x
+  off for every load and phase, judged on the median per-pair throughput ratio; the CPU ratio's verdict beside
+  it. Raw limits beside them, the median of min(rounds, 3) runs (``bench/_raw_net.py``): loopback TCP into a
+  file (produce's) and ``sendfile`` into loopback TCP (consume's).
 - **scrape of a large broker**: a fresh broker with ``--partitions`` partitions (1,000 a topic) or as many as
   this machine's open-files limit lets one process open (1 file a partition), one record in each, and a consumer
   group with an offset committed on every partition of the first topic (so the lag series exist); ``/metrics`` is
@@ -47,6 +63,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +73,7 @@ if __package__ in (None, ""):
 from bench._common import DEFAULT_TMP_ROOT, GiB, MiB, machine_facts, median, print_facts, scratch_dir, verdict
 from bench._kafka import Broker, build_rdkafka_performance, free_port
 from bench._raw_net import sendfile_to_socket, tcp_to_file
-from bench.broker_throughput import TOPIC, consume_once, produce_once
+from bench.broker_throughput import TOPIC, Run, consume_once, produce_once
 
 SIZE = 100  # small records: the most requests and batches per byte, where per-request counters cost most
 GOAL = 0.97
@@ -99,11 +116,36 @@ def fetch(url: str, *, gzip_ok: bool = False) -> bytes:
         return bytes(r.read())
 
 
+class PreciseBroker(Broker):
+    """A broker whose ``cpu()`` is the sum of its threads' on-CPU time in nanoseconds
+    (``/proc/<pid>/task/*/schedstat``) instead of ``/proc/<pid>/stat``'s utime + stime, the same quantity rounded
+    to 10 ms ticks (±2 % of a client-bound phase's CPU). Only live threads count: ``exited`` counts the calls that
+    found a thread of the previous call gone (its time is then missing; the broker's threads are long-lived, so
+    expected 0, and reported)."""
+
+    exited: int = 0
+    _tids: frozenset[str] = frozenset()
+
+    def cpu(self) -> float:
+        if self.proc is None:
+            return float("nan")
+        task = Path(f"/proc/{self.proc.pid}/task")
+        total, tids = 0, set()
+        for t in task.iterdir():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                total += int((t / "schedstat").read_text().split()[0])
+                tids.add(t.name)
+        if self._tids - tids:
+            self.exited += 1
+        self._tids = frozenset(tids)
+        return total / 1e9
+
+
 @contextlib.contextmanager
-def broker(scratch: Path, name: str, http: bool) -> Iterator[tuple[Broker, str | None]]:
+def broker(scratch: Path, name: str, http: bool) -> Iterator[tuple[PreciseBroker, str | None]]:
     port = free_port()
     overrides = [f"http.listeners=http://127.0.0.1:{port}"] if http else []
-    b = Broker("odradek", scratch / name, overrides=overrides)
+    b = PreciseBroker("odradek", scratch / name, overrides=overrides)
     with b:
         yield b, (f"http://127.0.0.1:{port}/metrics" if http else None)
 
@@ -116,62 +158,131 @@ LOADS: tuple[tuple[str, list[str], list[str]], ...] = (
 )
 
 
+@dataclass
+class Phase:
+    """One timed phase of one run: wall-clock throughput (as ``rdkafka_performance`` times it) and the broker's
+    CPU per record (its utime + stime from ``/proc/<pid>/stat`` before and after the phase, over the records)."""
+
+    mbps: float
+    cpu_us: float  # broker CPU microseconds per record
+    cores: float
+
+
+def _phase(run: Run) -> Phase:
+    # run.broker_cores is the broker's CPU seconds over the phase / run.seconds, run.rps is records / run.seconds
+    return Phase(run.mbps, run.broker_cores / run.rps * 1e6, run.broker_cores)
+
+
+def _spread(xs: list[float]) -> str:
+    return f"{min(xs):.3f}-{max(xs):.3f}"
+
+
+def _delete_topics(b: Broker, names: list[str]) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": b.bootstrap, "log_level": 3})
+    for fut in admin.delete_topics(names, operation_timeout=60).values():
+        fut.result(timeout=60)
+
+
 def throughput(a: argparse.Namespace, scratch: Path) -> None:
     tool = build_rdkafka_performance()
-    count = 1_000_000 if a.quick else 10_000_000
-    rounds = 1 if a.quick else a.rounds
+    count = a.count or (1_000_000 if a.quick else 5_000_000)
+    rounds = a.rounds
+    raw_reps = min(rounds, 3)
     raw_bytes = (256 if a.quick else 1024) * MiB
     raw_file = scratch / "raw.bin"
-    raw_in = [tcp_to_file(raw_file, raw_bytes, a.max_seconds) for _ in range(rounds)]
-    raw_out = [sendfile_to_socket(raw_file, a.max_seconds) for _ in range(rounds)]
+    raw_in = [tcp_to_file(raw_file, raw_bytes, a.max_seconds) for _ in range(raw_reps)]
+    raw_out = [sendfile_to_socket(raw_file, a.max_seconds) for _ in range(raw_reps)]
     raw_file.unlink(missing_ok=True)
     raw = {"produce": median([n / s / 1e6 for n, s in raw_in]), "consume": median([n / s / 1e6 for n, s in raw_out])}
-    results: dict[tuple[str, str, bool], list[tuple[float, float]]] = {}  # (load, phase, on) -> [(MB/s, cores)]
+    # (round, on) -> {(load, phase): Phase}
+    runs: dict[tuple[int, bool], dict[tuple[str, str], Phase]] = {}
     scrapes: list[float] = []
     sizes: list[int] = []
     failures = 0
     print(
-        f"# throughput: {count:,} records of {SIZE} B per load, acks=1; {rounds} alternating off/on pairs", flush=True
+        f"# throughput: {count:,} records of {SIZE} B per load, acks=1; {rounds} off/on pairs, "
+        f"order off,on / on,off alternating; "
+        + ("a fresh broker per run" if a.fresh_brokers else "one broker with an HTTP listener, the scraper on or off"),
+        flush=True,
     )
-    for r in range(rounds):
-        for on in (False, True):
-            with broker(scratch, f"tp-{r}-{'on' if on else 'off'}", on) as (b, url):
-                for n, _ in enumerate(LOADS):
-                    b.create_topic(f"{TOPIC}-{n}")
-                scraper = Scraper(url) if url else contextlib.nullcontext()
-                line = []
-                with scraper:
-                    for n, (load, produce_opts, consume_opts) in enumerate(LOADS):
-                        topic = f"{TOPIC}-{n}"
-                        p = produce_once(
-                            tool, b, SIZE, "1", count, a.max_seconds, scratch, topic=topic, extra=produce_opts
-                        )
-                        c = consume_once(tool, b, count, a.max_seconds, topic=topic, extra=consume_opts)
-                        results.setdefault((load, "produce", on), []).append((p.mbps, p.broker_cores))
-                        results.setdefault((load, "consume", on), []).append((c.mbps, c.broker_cores))
-                        line.append(
-                            f"{load}: produce {p.mbps:6.1f} MB/s ({p.broker_cores:.2f} cores), "
-                            f"consume {c.mbps:6.1f} MB/s ({c.broker_cores:.2f} cores)"
-                        )
-                if isinstance(scraper, Scraper):
-                    scrapes += scraper.times
-                    sizes += scraper.sizes
-                    failures += scraper.failures
-                print(f"  round {r + 1} metrics {'on ' if on else 'off'}: " + "; ".join(line), flush=True)
+    brokers: list[PreciseBroker] = []
+    with contextlib.ExitStack() as whole:
+        shared = None if a.fresh_brokers else whole.enter_context(broker(scratch, "tp-shared", True))
+        if shared is not None:
+            brokers.append(shared[0])
+        for r in range(rounds):
+            for on in (False, True) if r % 2 == 0 else (True, False):
+                with contextlib.ExitStack() as one:
+                    if shared is not None:
+                        b, url = shared
+                    else:
+                        b, url = one.enter_context(broker(scratch, f"tp-{r}-{'on' if on else 'off'}", on))
+                        brokers.append(b)
+                    topics = [f"{TOPIC}-{r}-{int(on)}-{n}" for n, _ in enumerate(LOADS)]
+                    for topic in topics:
+                        b.create_topic(topic)
+                    scraper = Scraper(url) if on and url else contextlib.nullcontext()
+                    line = []
+                    got: dict[tuple[str, str], Phase] = {}
+                    with scraper:
+                        for topic, (load, produce_opts, consume_opts) in zip(topics, LOADS, strict=True):
+                            p = _phase(
+                                produce_once(
+                                    tool, b, SIZE, "1", count, a.max_seconds, scratch, topic=topic, extra=produce_opts
+                                )
+                            )
+                            c = _phase(consume_once(tool, b, count, a.max_seconds, topic=topic, extra=consume_opts))
+                            got[(load, "produce")], got[(load, "consume")] = p, c
+                            line.append(
+                                f"{load}: produce {p.mbps:6.1f} MB/s {p.cpu_us:5.3f} us/rec ({p.cores:.2f} cores), "
+                                f"consume {c.mbps:6.1f} MB/s {c.cpu_us:5.3f} us/rec ({c.cores:.2f} cores)"
+                            )
+                    if shared is not None:
+                        _delete_topics(b, topics)  # bounds the disk used; outside the timed phases
+                    runs[(r, on)] = got
+                    if isinstance(scraper, Scraper):
+                        scrapes += scraper.times
+                        sizes += scraper.sizes
+                        failures += scraper.failures
+                    print(f"  pair {r + 1} metrics {'on ' if on else 'off'}: " + "; ".join(line), flush=True)
+    exited = sum(b.exited for b in brokers)
     print()
     print(
-        f"{'load':14} {'phase':8} {'off MB/s':>9} {'on MB/s':>9} {'on/off':>7} {'raw MB/s':>9}  "
-        f"{'broker cores off/on':>19}  goal"
+        "on/off per pair (adjacent runs): throughput = on MB/s / off MB/s; broker CPU = off CPU per record / "
+        "on CPU per record (the throughput ratio a broker-bound load would show)"
     )
-    for load, _, _ in LOADS:
-        for phase in ("produce", "consume"):
-            off, on = results[(load, phase, False)], results[(load, phase, True)]
-            off_mbps, on_mbps = median([x for x, _ in off]), median([x for x, _ in on])
-            cores = f"{median([c for _, c in off]):.2f} / {median([c for _, c in on]):.2f}"
-            print(
-                f"{load:14} {phase:8} {off_mbps:9.1f} {on_mbps:9.1f} {on_mbps / off_mbps:7.3f} {raw[phase]:9.1f}  "
-                f"{cores:>19}  >= {GOAL}x off: {verdict(on_mbps / off_mbps, GOAL)}"
-            )
+    keys = [(load, phase) for load, _, _ in LOADS for phase in ("produce", "consume")]
+    for key in keys:
+        tp = [runs[(r, True)][key].mbps / runs[(r, False)][key].mbps for r in range(rounds)]
+        cpu = [runs[(r, False)][key].cpu_us / runs[(r, True)][key].cpu_us for r in range(rounds)]
+        print(f"  {key[0]:14} {key[1]:8} throughput " + " ".join(f"{x:.3f}" for x in tp))
+        print(f"  {'':14} {'':8} broker CPU " + " ".join(f"{x:.3f}" for x in cpu))
+    print()
+    print(
+        f"{'load':14} {'phase':8} {'off MB/s':>9} {'on MB/s':>9} {'raw MB/s':>9} {'on/off (pairs)':>20} "
+        f"{'CPU us/rec off/on':>18} {'CPU on/off (pairs)':>20}  goal >= {GOAL}x off (median per-pair throughput; CPU)"
+    )
+    for key in keys:
+        off, on = [runs[(r, False)][key] for r in range(rounds)], [runs[(r, True)][key] for r in range(rounds)]
+        tp = [y.mbps / x.mbps for x, y in zip(off, on, strict=True)]
+        cpu = [x.cpu_us / y.cpu_us for x, y in zip(off, on, strict=True)]
+        us = f"{median([x.cpu_us for x in off]):.3f} / {median([y.cpu_us for y in on]):.3f}"
+        print(
+            f"{key[0]:14} {key[1]:8} {median([x.mbps for x in off]):9.1f} {median([y.mbps for y in on]):9.1f} "
+            f"{raw[key[1]]:9.1f} {median(tp):7.3f} ({_spread(tp)}) {us:>18} {median(cpu):7.3f} ({_spread(cpu)})  "
+            f"{verdict(median(tp), GOAL)}; CPU {verdict(median(cpu), GOAL)}"
+        )
+    print(
+        "broker cores off/on (median): "
+        + "; ".join(
+            f"{k[0]} {k[1]} {median([runs[(r, False)][k].cores for r in range(rounds)]):.2f}/"
+            f"{median([runs[(r, True)][k].cores for r in range(rounds)]):.2f}"
+            for k in keys
+        )
+    )
+    print(f"broker threads that exited during the runs (their CPU uncounted): {exited}")
     if scrapes:
         print(
             f"scrapes during the 'on' runs: {len(scrapes)}, {failures} failed; "
@@ -405,13 +516,21 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smaller runs (smoke test)")
     ap.add_argument("--only", choices=["throughput", "scrape"], help="run one part")
-    ap.add_argument("--rounds", type=int, default=3, help="off/on pairs for the throughput part (default 3)")
+    ap.add_argument("--rounds", type=int, default=7, help="off/on pairs for the throughput part (default 7)")
+    ap.add_argument(
+        "--fresh-brokers",
+        action="store_true",
+        help="throughput part: a fresh broker per run, 'off' without an HTTP listener (default: one broker with "
+        "an HTTP listener for all runs, only the scraper toggled)",
+    )
+    ap.add_argument("--count", type=int, default=0, help="records per load and run (default 5 M; quick 1 M)")
     ap.add_argument("--partitions", type=int, default=10_000, help="partitions of the scrape part (default 10000)")
     ap.add_argument("--scrapes", type=int, default=5, help="scrapes timed (default 5)")
     ap.add_argument("--max-seconds", type=float, default=120.0, help="bound of every timed loop")
     ap.add_argument("--tmp", type=Path, default=DEFAULT_TMP_ROOT, help="scratch directory root")
     a = ap.parse_args(argv)
     if a.quick:
+        a.rounds = min(a.rounds, 2)
         a.partitions = min(a.partitions, 2000)
         a.scrapes = min(a.scrapes, 3)
     print_facts(machine_facts(a.tmp))
