@@ -204,7 +204,7 @@ async def read_remote(
         if not f.records:
             break
         scanned += len(f.records)
-        fresh = [a for a in f.aborted if a not in seen]
+        fresh = [a for a in f.aborted if a not in seen] if committed else []
         if fresh:
             seen.update(fresh)
             pending = sorted(pending + fresh, key=lambda a: a[1])

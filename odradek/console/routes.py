@@ -7,9 +7,10 @@ the query string, so reloading never repeats it.
 
 Invariants:
 - handlers run on the broker's event loop: they read in-memory state directly, and run anything that reads log
-  files (message pages, timestamp lookups) in a worker thread; in a cluster the group and transaction pages and
-  actions await Kafka requests to the other brokers (``peers.py``, each bounded in time), whose failures are
-  notices on the page (``peer_notices``) or refusals of the action, never a 500;
+  files (message pages, timestamp lookups) in a worker thread; in a cluster the topic, message, group and
+  transaction pages and actions await Kafka requests to the other brokers (``peers.py``, each bounded in time) for
+  what those lead or coordinate, whose failures are notices on the page (``peer_notices``) or refusals of the
+  action, never a 500; the live tail follows partitions led elsewhere with long-poll Fetch requests (``tail.py``);
 - a POST whose ``Origin`` names another host than the request's is refused (403): a page elsewhere cannot drive
   the console through the operator's browser (cross-site request forgery);
 - with an ACL authorizer every page and action first checks the user's ACLs (``access.py``): 403 when refused;
