@@ -76,3 +76,43 @@ def test_read_committed_leaves_out_an_aborted_transaction() -> None:
     assert [m.offset for m in page.messages] == [0, 1, 2, 3, 8, 9, 10, 11]
     page = read(leader, 0, 100)
     assert [m.offset for m in page.messages] == list(range(12))
+
+
+def test_a_leader_that_does_not_answer_is_a_notice() -> None:
+    """The topic page's figures and the browser over brokers 2 and 3, 3 not answering: notices, no error."""
+    from types import SimpleNamespace
+    from typing import Any
+
+    from odradek.console import messages, routes, topics
+    from odradek.console.cluster_view import PartitionInfo
+    from odradek.console.peers import PeerError, Peers
+
+    leaders = {("t", 0): 2, ("t", 1): 3}
+    b: Any = SimpleNamespace(
+        node_id=1,
+        cluster=SimpleNamespace(brokers={1: None, 2: None, 3: None},
+                                states={tp: SimpleNamespace(leader=lead) for tp, lead in leaders.items()}),
+        replicas=SimpleNamespace(get=lambda t, p: None),
+    )
+    peers = Peers(b)
+    stand_in = Leader(0, 6)
+
+    async def send(broker_id: int, api_key: int, request: Any, **_: Any) -> Any:
+        raise PeerError(broker_id, f"broker {broker_id} did not answer")
+
+    async def fetch(broker_id: int, topic: str, partition: int, offset: int, **_: Any) -> Fetched:
+        if broker_id == 3:
+            raise PeerError(3, "broker 3 did not answer Fetch")
+        return await stand_in.fetch(offset)
+
+    peers.send = send  # type: ignore[method-assign]
+    peers.fetch = fetch  # type: ignore[method-assign]
+    parts = [PartitionInfo("t", p, leaders[("t", p)], 0, (leaders[("t", p)],), (leaders[("t", p)],), False,
+                           None, None, None) for p in (0, 1)]
+    shown, notices = asyncio.run(topics.leaders_figures(b, peers, parts))
+    assert [(p.start_offset, p.end_offset, p.size) for p in shown] == [(None, None, None)] * 2
+    assert notices and all("did not answer" in n for n in notices)
+    found, nexts, stopped, notices = asyncio.run(
+        routes._read_cluster(b, peers, "t", [0, 1], None, None, 100, messages.Filter(), False))
+    assert [m.offset for m in found] == list(range(6)) and nexts == {0: 6} and not stopped
+    assert notices == ["broker 3 did not answer Fetch"]
