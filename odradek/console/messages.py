@@ -5,7 +5,9 @@ Reading goes through ``Log.read`` (whole batches up to the high watermark, what 
 see, or up to the last stable offset without aborted transactions, what a read_committed one sees) and the batch
 scanner ``records.iter_batches`` / ``decode_records``, as the tools do; control batches
 (transaction markers) are skipped. It reads files (``pread``), so callers run it off the event loop
-(``asyncio.to_thread``); ``Log`` reads take no lock and see an immutable segment list, so that is safe.
+(``asyncio.to_thread``); ``Log`` reads take no lock and see an immutable segment list, so that is safe. A
+partition led by another broker is read the same way from Fetch answers of its leader (``read_remote``, the
+requests sent by ``peers.py``): the same batch scanner (``scan``), the same page rules.
 
 Invariants:
 - A page holds at most ``limit`` records, in offset order per partition; ``next_offset`` is where the next page
@@ -19,8 +21,10 @@ Invariants:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -30,6 +34,7 @@ from odradek.protocol.records import RecordInput, build_batch, decode_records, i
 
 if TYPE_CHECKING:
     from odradek.broker.broker import Broker
+    from odradek.console.peers import Fetched
     from odradek.storage.log import Log
 
 READ_CHUNK = 1 << 20  # bytes of batches read at a time
@@ -113,29 +118,106 @@ def read_partition(
             break
         data = region.read_bytes()
         scanned += len(data)
-        view = memoryview(data)
-        progressed = offset
-        for pos, header in iter_batches(data, allow_partial_tail=True):
-            progressed = header.next_offset
-            while pending and pending[0][1] <= header.last_offset:
-                aborting.add(pending.pop(0)[0])
-            if header.attributes & CONTROL_BIT:
-                aborting.discard(header.producer_id)  # its marker ends the aborted transaction
-                continue
-            if header.attributes & TRANSACTIONAL_BIT and header.producer_id in aborting:
-                continue
-            for r in decode_records(view[pos : pos + header.size]):
-                if r.offset < offset or r.offset >= end:
-                    continue
-                m = Message(partition, r.offset, r.timestamp, r.key, r.value, tuple((h[0], h[1]) for h in r.headers))
-                if filt is None or filt.matches(m):
-                    page.messages.append(m)
-                    if len(page.messages) >= limit:
-                        page.next_offset = r.offset + 1
-                        return page
+        progressed = scan(data, page, partition, offset, end, limit, filt, pending, aborting)
+        if len(page.messages) >= limit:
+            return page
         if progressed <= offset:
             break
         offset = progressed
+    page.next_offset = min(offset, end)
+    return page
+
+
+def scan(
+    data: bytes,
+    page: Page,
+    partition: int,
+    offset: int,
+    end: int,
+    limit: int,
+    filt: Filter | None,
+    pending: list[tuple[int, int]],
+    aborting: set[int],
+) -> int:
+    """Add to ``page`` the records of ``data``'s batches in ``[offset, end)`` that ``filt`` lets through, until it
+    holds ``limit`` (then ``page.next_offset`` is set after the last one). ``pending``: aborted transactions
+    ``(producer_id, first_offset)`` not yet reached, by first offset; ``aborting``: producers inside an aborted
+    transaction (both updated). Returns the offset after the last batch looked at (``offset`` when none was)."""
+    view = memoryview(data)
+    progressed = offset
+    for pos, header in iter_batches(data, allow_partial_tail=True):
+        progressed = header.next_offset
+        while pending and pending[0][1] <= header.last_offset:
+            aborting.add(pending.pop(0)[0])
+        if header.attributes & CONTROL_BIT:
+            aborting.discard(header.producer_id)  # its marker ends the aborted transaction
+            continue
+        if header.attributes & TRANSACTIONAL_BIT and header.producer_id in aborting:
+            continue
+        for r in decode_records(view[pos : pos + header.size]):
+            if r.offset < offset or r.offset >= end:
+                continue
+            m = Message(partition, r.offset, r.timestamp, r.key, r.value, tuple((h[0], h[1]) for h in r.headers))
+            if filt is None or filt.matches(m):
+                page.messages.append(m)
+                if len(page.messages) >= limit:
+                    page.next_offset = r.offset + 1
+                    return progressed
+    return progressed
+
+
+async def read_remote(
+    fetch: Callable[[int], Awaitable[Fetched]],
+    partition: int,
+    start: int,
+    limit: int,
+    filt: Filter | None = None,
+    *,
+    committed: bool = False,
+    max_scan_bytes: int = MAX_SCAN_BYTES,
+) -> Page:
+    """``read_partition`` of a partition led by another broker: ``fetch(offset)`` is one Fetch to its leader (at
+    the isolation level of ``committed``). The page ends at the high watermark (or last stable offset) of the first
+    answer; ``start`` is clamped into the leader's log as ``read_partition`` clamps it; aborted transactions are
+    those the answers list. Decoding runs in a worker thread. Raises ``PeerError``s."""
+    offset = max(start, 0)
+    f = await fetch(offset)
+    end = f.last_stable_offset if committed else f.high_watermark
+    if f.out_of_range:
+        clamped = min(max(offset, f.log_start_offset), end)
+        if clamped != offset and clamped < end:
+            offset = clamped
+            f = await fetch(offset)
+            end = min(end, f.last_stable_offset if committed else f.high_watermark)
+        else:
+            offset = clamped
+    page = Page(next_offset=offset, end_offset=end)
+    pending: list[tuple[int, int]] = []
+    seen: set[tuple[int, int]] = set()
+    aborting: set[int] = set()
+    scanned = 0
+    filt = None if filt is None or filt.empty else filt
+    while offset < end and len(page.messages) < limit and not f.out_of_range:
+        if filt is not None and scanned >= max_scan_bytes:
+            page.stopped_early = True
+            break
+        if not f.records:
+            break
+        scanned += len(f.records)
+        fresh = [a for a in f.aborted if a not in seen] if committed else []
+        if fresh:
+            seen.update(fresh)
+            pending = sorted(pending + fresh, key=lambda a: a[1])
+        progressed = await asyncio.to_thread(
+            scan, f.records, page, partition, offset, end, limit, filt, pending, aborting
+        )
+        if len(page.messages) >= limit:
+            return page
+        if progressed <= offset:
+            break
+        offset = progressed
+        if offset < end and not (filt is not None and scanned >= max_scan_bytes):
+            f = await fetch(offset)
     page.next_offset = min(offset, end)
     return page
 

@@ -1,6 +1,7 @@
 """What the other brokers of a cluster coordinate and lead, read and changed through Kafka requests to them, as Kafka
 UI or AKHQ do through the admin API: ListGroups, DescribeGroups, OffsetFetch, OffsetCommit, ListOffsets,
-ListTransactions, DescribeTransactions, DescribeProducers and WriteTxnMarkers.
+ListTransactions, DescribeTransactions, DescribeProducers and WriteTxnMarkers; and the records, offsets and sizes of
+partitions led elsewhere, for the topic pages: Fetch, ListOffsets and DescribeLogDirs to the partition's leader.
 
 The console has its own ``ConnectionPool`` (``odradek/client/pool.py``, the broker's inter-broker client: the
 inter-broker listener, its security, addresses from the live cluster image), created on first use and closed with
@@ -11,7 +12,9 @@ connection) never fails the fetcher's requests in flight.
 Where a group or a transactional id is coordinated is found as FindCoordinator finds it, from this broker's image of
 the cluster: the leader of the key's partition of ``__consumer_offsets`` / ``__transaction_state``. A partition's end
 offset is its leader's high watermark: this broker's replica when it leads the partition, else ListOffsets (latest,
-read_uncommitted) to the leader.
+read_uncommitted) to the leader. Records of a partition led elsewhere are read with Fetch (v12, by topic name) to
+its leader, at most ``FETCH_MAX_BYTES`` a request, at the isolation level asked for; the live tail long-polls with
+Fetch on a pool of its own (``tail_pool``), closed with the tail, so its waits never delay a page's requests.
 
 Invariants:
 - every request is bounded in time (``REQUEST_TIMEOUT_MS`` per request; connecting by ``CONNECT_TIMEOUT_MS`` plus
@@ -28,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 from collections.abc import Awaitable, Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from odradek.broker.listener_security import inter_broker_security
@@ -49,6 +53,8 @@ CONNECT_TIMEOUT_MS = 3_000
 DEADLINE_MS = 10_000  # one request's worst case: backoff + connect + request, with room
 LATEST = -1
 EARLIEST = -2
+FETCH_VERSION = 12  # the last Fetch naming topics (v13+ name them by id)
+FETCH_MAX_BYTES = 1 << 20  # as the local browser reads (messages.READ_CHUNK)
 
 # a coordinator moving or loading: the page says so (reload to retry) rather than showing the group as unknown
 _MOVING = (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE)
@@ -63,7 +69,23 @@ _API_NAMES = {
     apis.DESCRIBE_TRANSACTIONS: "DescribeTransactions",
     apis.DESCRIBE_PRODUCERS: "DescribeProducers",
     apis.WRITE_TXN_MARKERS: "WriteTxnMarkers",
+    apis.FETCH: "Fetch",
+    apis.DESCRIBE_LOG_DIRS: "DescribeLogDirs",
 }
+
+
+@dataclass(frozen=True, slots=True)
+class Fetched:
+    """One partition's part of a Fetch answer: its batches (whole, possibly starting before the offset asked for),
+    the leader's offsets, and with read_committed the aborted transactions ``(producer_id, first_offset)`` over the
+    batches returned. ``out_of_range``: the offset asked for is outside ``[log_start_offset, high_watermark]``."""
+
+    records: bytes
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    aborted: tuple[tuple[int, int], ...] = ()
+    out_of_range: bool = False
 
 
 class PeerError(ConsoleError):
@@ -87,19 +109,26 @@ class Peers:
         """True when this broker is in a cluster: the group and transaction pages then ask the other brokers."""
         return self.broker.cluster is not None
 
+    def _new_pool(self) -> ConnectionPool:
+        b = self.broker
+        cluster = b.cluster
+        assert cluster is not None
+        return ConnectionPool(
+            client_id=f"odradek-console-{b.node_id}",
+            resolve=cluster.address_of,
+            connect_timeout_ms=CONNECT_TIMEOUT_MS,
+            request_timeout_ms=REQUEST_TIMEOUT_MS,
+            security=inter_broker_security(b.config),
+        )
+
     def _connections(self) -> ConnectionPool:
         if self._pool is None:
-            b = self.broker
-            cluster = b.cluster
-            assert cluster is not None
-            self._pool = ConnectionPool(
-                client_id=f"odradek-console-{b.node_id}",
-                resolve=cluster.address_of,
-                connect_timeout_ms=CONNECT_TIMEOUT_MS,
-                request_timeout_ms=REQUEST_TIMEOUT_MS,
-                security=inter_broker_security(b.config),
-            )
+            self._pool = self._new_pool()
         return self._pool
+
+    def tail_pool(self) -> ConnectionPool:
+        """A pool of its own for one live tail's long polls; the caller closes it."""
+        return self._new_pool()
 
     async def close(self) -> None:
         if self._pool is not None:
@@ -137,12 +166,14 @@ class Peers:
     # -- requests ----------------------------------------------------------------------------------------
 
     async def send(self, broker_id: int, api_key: int, request: dict[str, Any], *, version: int | None = None,
-                   timeout_ms: int = REQUEST_TIMEOUT_MS) -> Any:
-        """One request to ``broker_id``, bounded in time; ``PeerError`` when it is not answered."""
+                   timeout_ms: int = REQUEST_TIMEOUT_MS, pool: ConnectionPool | None = None) -> Any:
+        """One request to ``broker_id`` (through ``pool``, else the console's), bounded in time; ``PeerError``
+        when it is not answered."""
         what = _API_NAMES.get(api_key, f"api {api_key}")
+        connections = pool if pool is not None else self._connections()
         try:
             return await asyncio.wait_for(
-                self._connections().send(broker_id, api_key, request, version=version, timeout_ms=timeout_ms),
+                connections.send(broker_id, api_key, request, version=version, timeout_ms=timeout_ms),
                 (DEADLINE_MS + timeout_ms) / 1000,
             )
         except (BrokerConnectionError, BrokerNotAvailableError, KafkaError, OSError) as e:
@@ -293,6 +324,72 @@ class Peers:
                 if int(p.error_code) == 0:
                     out[(t.name, p.partition_index)] = int(p.offset)
         return out
+
+    async def offset_ranges(self, tps: Iterable[TP]) -> tuple[dict[TP, tuple[int, int]], list[str]]:
+        """Each partition's (log start offset, high watermark) from its leader (ListOffsets EARLIEST and LATEST,
+        both at once); the notices of ``list_offsets``."""
+        wanted = list(tps)
+        (starts, n1), (ends, n2) = await asyncio.gather(
+            self.list_offsets(dict.fromkeys(wanted, EARLIEST)), self.list_offsets(dict.fromkeys(wanted, LATEST)))
+        out = {tp: (starts[tp], ends[tp]) for tp in wanted if tp in starts and tp in ends}
+        return out, list(dict.fromkeys(n1 + n2))
+
+    async def log_sizes(self, by_leader: dict[int, list[TP]]) -> tuple[dict[TP, int], list[str]]:
+        """The size of each partition's log on the broker it is listed under (DescribeLogDirs, one request per
+        broker); a notice per broker that did not answer."""
+        answers, notices = await self.each({bid: self._log_sizes(bid, tps) for bid, tps in by_leader.items()})
+        out: dict[TP, int] = {}
+        for found in answers.values():
+            out.update(found)
+        return out, notices
+
+    async def _log_sizes(self, broker_id: int, tps: list[TP]) -> dict[TP, int]:
+        topics: dict[str, list[int]] = {}
+        for t, p in sorted(tps):
+            topics.setdefault(t, []).append(p)
+        r = await self.send(broker_id, apis.DESCRIBE_LOG_DIRS,
+                            {"topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]}, version=1)
+        out: dict[TP, int] = {}
+        for d in r.results:
+            for t in d.topics:
+                for p in t.partitions:
+                    if not p.is_future_key:
+                        out[(t.name, p.partition_index)] = int(p.partition_size)
+        return out
+
+    # -- records ----------------------------------------------------------------------------------------
+
+    async def fetch(self, broker_id: int, topic: str, partition: int, offset: int, *, committed: bool = False,
+                    max_bytes: int = FETCH_MAX_BYTES, max_wait_ms: int = 0,
+                    pool: ConnectionPool | None = None) -> Fetched:
+        """One Fetch of ``topic``-``partition`` from ``offset`` to its leader ``broker_id`` (a consumer's: replica
+        id -1, read_committed or read_uncommitted, at most ``max_bytes``, waiting up to ``max_wait_ms`` for
+        data). ``PeerError`` when it is not answered or answered with an error other than OFFSET_OUT_OF_RANGE."""
+        r = await self.send(broker_id, apis.FETCH, {
+            "replica_id": -1, "max_wait": max_wait_ms, "min_bytes": 1, "max_bytes": max_bytes,
+            "isolation_level": 1 if committed else 0, "session_id": 0, "session_epoch": -1, "rack_id": "",
+            "topics": [{"topic": topic, "partitions": [{
+                "partition": partition, "current_leader_epoch": -1, "fetch_offset": offset, "last_fetched_epoch": -1,
+                "log_start_offset": -1, "partition_max_bytes": max_bytes}]}],
+            "forgotten_topics_data": []}, version=FETCH_VERSION, timeout_ms=REQUEST_TIMEOUT_MS + max_wait_ms,
+            pool=pool)
+        code = ErrorCode(int(r.error_code))
+        if code != ErrorCode.NONE:
+            raise PeerError(broker_id, f"broker {broker_id} answered Fetch with {code.name}")
+        for t in r.responses:
+            for pd in t.partitions:
+                if pd.partition_index != partition:
+                    continue
+                code = ErrorCode(int(pd.error_code))
+                if code not in (ErrorCode.NONE, ErrorCode.OFFSET_OUT_OF_RANGE):
+                    raise PeerError(broker_id, f"broker {broker_id} answered Fetch of {topic}-{partition} with "
+                                               f"{code.name}")
+                return Fetched(
+                    bytes(pd.records or b""), int(pd.high_watermark), int(pd.last_stable_offset),
+                    int(pd.log_start_offset),
+                    tuple((int(a.producer_id), int(a.first_offset)) for a in pd.aborted_transactions or ()),
+                    code == ErrorCode.OFFSET_OUT_OF_RANGE)
+        raise PeerError(broker_id, f"broker {broker_id} answered Fetch without {topic}-{partition}")
 
     # -- transactions -------------------------------------------------------------------------------------
 

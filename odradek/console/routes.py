@@ -7,9 +7,10 @@ the query string, so reloading never repeats it.
 
 Invariants:
 - handlers run on the broker's event loop: they read in-memory state directly, and run anything that reads log
-  files (message pages, timestamp lookups) in a worker thread; in a cluster the group and transaction pages and
-  actions await Kafka requests to the other brokers (``peers.py``, each bounded in time), whose failures are
-  notices on the page (``peer_notices``) or refusals of the action, never a 500;
+  files (message pages, timestamp lookups) in a worker thread; in a cluster the topic, message, group and
+  transaction pages and actions await Kafka requests to the other brokers (``peers.py``, each bounded in time) for
+  what those lead or coordinate, whose failures are notices on the page (``peer_notices``) or refusals of the
+  action, never a 500; the live tail follows partitions led elsewhere with long-poll Fetch requests (``tail.py``);
 - a POST whose ``Origin`` names another host than the request's is refused (403): a page elsewhere cannot drive
   the console through the operator's browser (cross-site request forgery);
 - with an ACL authorizer every page and action first checks the user's ACLs (``access.py``): 403 when refused;
@@ -33,7 +34,7 @@ from odradek.console import access, admin, cluster_view, groups, messages, tail,
 from odradek.console.access import AccessDenied
 from odradek.console.errors import ConsoleError
 from odradek.console.lag_history import LagHistory, chart_svg
-from odradek.console.peers import Peers
+from odradek.console.peers import LATEST, Fetched, Peers
 from odradek.protocol.errors import KafkaError
 from odradek.quota.entity import DEFAULT_NAME
 from odradek.security.acl import CLUSTER_NAME, AclBinding, AclOperation, ResourceType
@@ -49,6 +50,7 @@ PEERS: web.AppKey[Peers] = web.AppKey("console_peers")
 TAILS: web.AppKey[set[asyncio.Task[Any]]] = web.AppKey("console_tails")
 MESSAGE_LIMIT = 100
 MAX_MESSAGE_LIMIT = 1000
+NO_OFFSET = 1 << 62  # a start past any log's end: read_remote clamps it to the end (an empty page)
 MAX_ROWS = 500  # rows of a list that is not paginated (transactions, producers, quotas, ACLs)
 
 _env = jinja2.Environment(
@@ -203,13 +205,19 @@ async def topics_page(request: web.Request) -> web.Response:
 
 async def topic_page(request: web.Request) -> web.Response:
     b, name, topic = _page_topic(request, AclOperation.DESCRIBE)
+    parts = cluster_view.partitions(b, topic)
+    peers = _peers(request)
+    notices: list[str] = []
+    if peers is not None:
+        parts, notices = await topics.leaders_figures(b, peers, parts)
     return render(
         request,
         "topic.html",
         topic=topic,
-        partitions=cluster_view.partitions(b, topic),
+        partitions=parts,
         configs=topics.configs(b, name),
         min_isr=cluster_view.min_isr(b, topic),
+        peer_notices=notices,
     )
 
 
@@ -219,9 +227,11 @@ async def messages_page(request: web.Request) -> web.Response:
     fmt = q.get("format", "text") if q.get("format") in messages.FORMATS else "text"
     error = None
     elsewhere: list[int] = []
+    notices: list[str] = []
     page_messages: list[messages.Message] = []
     next_offsets: dict[int, int] = {}
     stopped = False
+    peers = _peers(request)
     try:
         partition = _int(q.get("partition"), "partition")
         limit = min(_int(q.get("limit"), "limit", MESSAGE_LIMIT) or MESSAGE_LIMIT, MAX_MESSAGE_LIMIT)
@@ -231,10 +241,15 @@ async def messages_page(request: web.Request) -> web.Response:
         wanted = [partition] if partition is not None else list(range(topic.partitions))
         if partition is not None and not 0 <= partition < topic.partitions:
             raise ConsoleError(f"topic '{name}' has no partition {partition}")
-        logs = {p: part.log for p in wanted if (part := b.replicas.get(name, p)) is not None}
-        elsewhere = [p for p in wanted if p not in logs]
         committed = q.get("isolation") == "read_committed"
-        page_messages, next_offsets, stopped = await _read_messages(logs, offset, ts, limit, filt, committed)
+        if peers is None:
+            logs = {p: part.log for p in wanted if (part := b.replicas.get(name, p)) is not None}
+            elsewhere = [p for p in wanted if p not in logs]
+            page_messages, next_offsets, stopped = await _read_messages(logs, offset, ts, limit, filt, committed)
+        else:
+            page_messages, next_offsets, stopped, notices = await _read_cluster(
+                b, peers, name, wanted, offset, ts, limit, filt, committed
+            )
     except (ConsoleError, KafkaError) as e:
         error = e.message
     return render(
@@ -251,43 +266,125 @@ async def messages_page(request: web.Request) -> web.Response:
         elsewhere=elsewhere,
         error=error,
         limit=MESSAGE_LIMIT,
+        peer_notices=notices,
     )
+
+
+Read = tuple[list[messages.Message], dict[int, int], bool]
+
+
+def _merge(pages: dict[int, messages.Page], limit: int) -> Read:
+    """One page over ``pages`` (by timestamp across partitions, offset within one), and where each partition's next
+    page starts."""
+    out: list[messages.Message] = []
+    nexts: dict[int, int] = {}
+    stopped = False
+    for p, page in pages.items():
+        out += page.messages
+        nexts[p] = page.next_offset
+        stopped |= page.stopped_early
+    if len(pages) > 1:
+        out.sort(key=lambda m: (m.timestamp, m.partition, m.offset))
+        if len(out) > limit:
+            out = out[:limit]
+            for p in pages:  # the next page of each partition starts after what this page shows of it
+                shown = [m.offset for m in out if m.partition == p]
+                if shown:
+                    nexts[p] = shown[-1] + 1
+                else:
+                    nexts.pop(p, None)
+    return out, nexts, stopped
+
+
+def _read_local(
+    logs: dict[int, Any], offset: int | None, ts: int | None, limit: int, filt: messages.Filter, committed: bool
+) -> dict[int, messages.Page]:
+    """Each of ``logs`` read from ``offset``, the first record at ``ts``, or its start. Blocking."""
+    pages: dict[int, messages.Page] = {}
+    for p, lg in logs.items():
+        if ts is not None:
+            start = messages.offset_for_timestamp(lg, ts)
+        elif offset is not None:
+            start = offset if offset >= 0 else max(lg.high_watermark + offset, lg.log_start_offset)
+        else:
+            start = lg.log_start_offset
+        pages[p] = messages.read_partition(lg, p, start, limit, filt, committed=committed)
+    return pages
 
 
 async def _read_messages(
     logs: dict[int, Any], offset: int | None, ts: int | None, limit: int, filt: messages.Filter, committed: bool
-) -> tuple[list[messages.Message], dict[int, int], bool]:
+) -> Read:
     """The first ``limit`` records over ``logs`` (by timestamp across partitions, offset within one), each partition
     read from ``offset``, the first record at ``ts``, or its start; and where each partition's next page starts."""
 
-    def read() -> tuple[list[messages.Message], dict[int, int], bool]:
-        out: list[messages.Message] = []
-        nexts: dict[int, int] = {}
-        stopped = False
-        for p, lg in logs.items():
-            if ts is not None:
-                start = messages.offset_for_timestamp(lg, ts)
-            elif offset is not None:
-                start = offset if offset >= 0 else max(lg.high_watermark + offset, lg.log_start_offset)
-            else:
-                start = lg.log_start_offset
-            page = messages.read_partition(lg, p, start, limit, filt, committed=committed)
-            out += page.messages
-            nexts[p] = page.next_offset
-            stopped |= page.stopped_early
-        if len(logs) > 1:
-            out.sort(key=lambda m: (m.timestamp, m.partition, m.offset))
-            if len(out) > limit:
-                out = out[:limit]
-                for p in logs:  # the next page of each partition starts after what this page shows of it
-                    shown = [m.offset for m in out if m.partition == p]
-                    if shown:
-                        nexts[p] = shown[-1] + 1
-                    else:
-                        nexts.pop(p, None)
-        return out, nexts, stopped
+    def read() -> Read:
+        return _merge(_read_local(logs, offset, ts, limit, filt, committed), limit)
 
     return await asyncio.to_thread(read)
+
+
+async def _read_cluster(
+    b: Broker,
+    peers: Peers,
+    topic: str,
+    wanted: list[int],
+    offset: int | None,
+    ts: int | None,
+    limit: int,
+    filt: messages.Filter,
+    committed: bool,
+) -> tuple[list[messages.Message], dict[int, int], bool, list[str]]:
+    """``_read_messages`` in a cluster: the partitions this broker leads from their logs, the others with Fetch
+    requests to their leaders (concurrently); a notice per partition without a leader or whose leader did not
+    answer."""
+    notices: list[str] = []
+    logs: dict[int, Any] = {}
+    remote: dict[int, int] = {}
+    for p in wanted:
+        leader = peers.leader(topic, p)
+        part = b.replicas.get(topic, p)
+        if leader is None:
+            notices.append(f"{topic}-{p} has no leader: its records cannot be read now")
+        elif leader == b.node_id and part is not None and part.is_leader:
+            logs[p] = part.log
+        elif leader == b.node_id:
+            notices.append(f"{topic}-{p}: this broker is not its leader yet")
+        else:
+            remote[p] = leader
+    starts: dict[int, int] = {}
+    if remote:
+        if ts is not None or (offset is not None and offset < 0):
+            spec = ts if ts is not None else LATEST
+            found, failed = await peers.list_offsets({(topic, p): spec for p in remote})
+            notices += failed
+            for p in list(remote):
+                o = found.get((topic, p))
+                if o is None:
+                    del remote[p]
+                elif ts is not None:
+                    starts[p] = o if o >= 0 else NO_OFFSET  # none at or after ts: an empty page at the end
+                else:
+                    assert offset is not None
+                    starts[p] = max(o + offset, 0)
+        else:
+            starts = dict.fromkeys(remote, offset or 0)
+
+    async def one(p: int) -> messages.Page:
+        leader = remote[p]
+
+        def fetch(at: int) -> Awaitable[Fetched]:
+            return peers.fetch(leader, topic, p, at, committed=committed)
+
+        return await messages.read_remote(fetch, p, starts[p], limit, filt, committed=committed)
+
+    pages, (remote_pages, failed) = await asyncio.gather(
+        asyncio.to_thread(_read_local, logs, offset, ts, limit, filt, committed),
+        peers.each({p: one(p) for p in remote}),
+    )
+    pages.update(remote_pages)
+    out, nexts, stopped = _merge(dict(sorted(pages.items())), limit)
+    return out, nexts, stopped, notices + failed
 
 
 async def groups_page(request: web.Request) -> web.Response:
@@ -635,7 +732,9 @@ async def tail_events(request: web.Request) -> web.StreamResponse:
     assert task is not None
     tails.add(task)
     try:
-        return await tail.stream(request, b, name, wanted, fmt if fmt in messages.FORMATS else "text")
+        return await tail.stream(
+            request, b, name, wanted, fmt if fmt in messages.FORMATS else "text", peers=_peers(request)
+        )
     finally:
         tails.discard(task)
 

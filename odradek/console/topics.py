@@ -7,14 +7,20 @@ Changes go through the broker's own admin paths, the ones the Kafka handlers cal
 DELETE). In a cluster each waits, bounded, until this broker sees the change, as CreateTopics/DeleteTopics do.
 Configs are shown as DescribeConfigs describes them (``topic_config_entries``: effective value and source).
 
+In a cluster a topic's page shows each partition's figures as its leader has them (``leaders_figures``): start and
+end offsets by ListOffsets to the leader (in memory for what this broker leads), the size of this broker's replica
+when it hosts one, else the leader's by DescribeLogDirs; a leader that does not answer leaves its partitions'
+figures empty, with a notice. The list page's figures are those of the replicas this broker hosts.
+
 Invariants: a list page costs O(topics) for sorting and filtering names plus O(partitions shown) for the figures
 of the topics on that page; nothing reads a log file (sizes are the segments' in-memory sizes).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, NamedTuple
 
 from odradek.broker.handlers.admin_configs import (
@@ -36,6 +42,8 @@ from odradek.protocol.errors import UnknownTopicError
 if TYPE_CHECKING:
     from odradek.broker.broker import Broker
     from odradek.cluster.metadata import Topic
+    from odradek.console.cluster_view import PartitionInfo
+    from odradek.console.peers import Peers
 
 PAGE_SIZE = 50
 WAIT_MS = 30_000
@@ -112,6 +120,36 @@ def list_topics(
     shown, page, pages = page_of(names, page, page_size)
     rows = [r for r in (_row(b, n) for n in shown) if r is not None]
     return Listing(rows, len(names), page, pages)
+
+
+async def leaders_figures(
+    b: Broker, peers: Peers, parts: list[PartitionInfo]
+) -> tuple[list[PartitionInfo], list[str]]:
+    """``parts`` (of one topic, in a cluster) with each partition's start and end offsets as its leader has them
+    and a size where one is known (see the module's notes); the notices of the brokers that did not answer."""
+    here = b.node_id
+    led_here = set()
+    for p in parts:
+        part = b.replicas.get(p.topic, p.partition)
+        if p.leader == here and part is not None and part.is_leader:
+            led_here.add(p.partition)
+    ask = [(p.topic, p.partition) for p in parts if p.partition not in led_here and p.leader >= 0]
+    sizes_of: dict[int, list[tuple[str, int]]] = {}
+    for p in parts:
+        if p.size is None and p.leader >= 0 and p.leader != here:
+            sizes_of.setdefault(p.leader, []).append((p.topic, p.partition))
+    if not ask and not sizes_of:
+        return parts, []
+    (ranges, n1), (sizes, n2) = await asyncio.gather(peers.offset_ranges(ask), peers.log_sizes(sizes_of))
+    out = []
+    for p in parts:
+        if p.partition in led_here:
+            out.append(p)
+            continue
+        start, end = ranges.get((p.topic, p.partition), (None, None))
+        size = p.size if p.size is not None else sizes.get((p.topic, p.partition))
+        out.append(replace(p, start_offset=start, end_offset=end, size=size))
+    return out, list(dict.fromkeys(n1 + n2))
 
 
 def configs(b: Broker, name: str) -> list[ConfigRow]:

@@ -59,14 +59,16 @@ def test_cluster_overview_topic_replicas_and_health(
         rows = re.findall(r'<tr data-partition="(\d)">.*?<td>([\d, ]+)</td><td>([\d, ]*)</td>', body, re.S)
         assert [(p, sorted(r.split(", "))) for p, r, _ in rows] == [("0", ["1", "2"]), ("1", ["1", "2"])]
         assert all(sorted(isr.split(", ")) == ["1", "2"] for _, _, isr in rows)
-        # a topic with one replica per partition, spread over both brokers: records of those here only
+        # a topic with one replica per partition, spread over both brokers: those led there are read from there
         status, doc = one.post("/api/topics", {"name": "spread", "partitions": "2", "replication_factor": "1"})
         assert status == 200 and doc["ok"], doc
         assignment = one.broker.cluster.assignments["spread"].replicas
         on_two = [p for p, r in sorted(assignment.items()) if r == (2,)]
         assert on_two, assignment  # the controller spreads partitions over the live brokers
-        status, body = one.get("/topics/spread/messages")
-        assert status == 200 and f"{', '.join(map(str, on_two))} of this topic" in body
+        status, doc = two.post("/api/topics/spread/produce", {"partition": str(on_two[0]), "value": "there"})
+        assert status == 200 and doc["ok"], doc
+        status, body = _wait(lambda: (r := one.get("/topics/spread/messages")) and ">there<" in r[1] and r, "a record")
+        assert status == 200 and "of this topic" not in body and "peer-notice" not in body
         # the second broker goes away: its partitions lose a replica of their ISR, or their leader for a moment
         two.close()
         two = None  # type: ignore[assignment]

@@ -1,0 +1,188 @@
+"""The topic pages of every broker of a real 3-broker cluster on ZooKeeper cover every partition, whichever broker
+leads it: a topic's figures (start / end offsets, size), the message browser (from an offset, before the end, from a
+timestamp, filtered, as JSON or hex, read_committed) and the live tail of a partition led by another broker, through
+Fetch / ListOffsets / DescribeLogDirs requests to its leader."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Producer
+
+from odradek.cluster.zk.server import ZooKeeperServer
+from tests.cluster.brokers import Cluster, ClusterBroker, serving, wait_until
+from tests.cluster.zk_process import unique_chroot
+from tests.cluster.zk_process import zookeeper as zookeeper
+from tests.console.test_console_cluster_coordinators import get, http_url
+
+pytestmark = pytest.mark.slow
+
+TOPIC = "console-spread"
+TXN_TOPIC = "console-spread-txn"
+PARTITIONS = 6
+RECORDS = 5  # per partition
+BASE_MS = (int(time.time() * 1000) // 1000 - 3600) * 1000  # an hour ago: well inside retention
+
+
+def ts_of(p: int, i: int) -> int:
+    return BASE_MS + p * 1000 + i * 10
+
+
+@pytest.fixture(scope="module")
+def cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    c = Cluster(
+        tmp_path_factory.mktemp("console-topics"),
+        unique_chroot(zookeeper),
+        overrides=["http.listeners=http://127.0.0.1:0"],
+    )
+    yield from serving(c)
+
+
+@pytest.fixture(scope="module")
+def leaders(cluster: Cluster) -> dict[int, int]:
+    """A replication-factor-1 topic whose partitions are led by different brokers, RECORDS known records in each
+    (key ``k{p}-{i}``, value ``v{p}-{i}``, header ``h=x{i}``, timestamp ``ts_of(p, i)``): partition -> leader."""
+    cluster.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=1)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5})
+    for p in range(PARTITIONS):
+        for i in range(RECORDS):
+            producer.produce(
+                TOPIC, key=f"k{p}-{i}".encode(), value=f"v{p}-{i}".encode(), partition=p,
+                headers=[("h", f"x{i}".encode())], timestamp=ts_of(p, i),
+            )
+    assert producer.flush(30) == 0
+    out = {p: cluster.leader(TOPIC, p) for p in range(PARTITIONS)}
+    assert len(set(out.values())) >= 2, out
+    return out
+
+
+def rows(body: str) -> list[tuple[int, int, str, str]]:
+    """The browser's records: (partition, offset, key, value)."""
+    table = body.split('id="messages"', 1)[1].split("</table>", 1)[0]
+    return [
+        (int(p), int(o), k, v)
+        for o, p, k, v in re.findall(
+            r'<tr data-offset="(\d+)" data-partition="(\d+)">.*?<td class="key"><pre>(.*?)</pre>.*?'
+            r'<td class="value"><pre>(.*?)</pre>',
+            table,
+            re.S,
+        )
+    ]
+
+
+def browse(b: ClusterBroker, query: str) -> tuple[list[tuple[int, int, str, str]], str]:
+    status, body = get(b, f"/topics/{TOPIC}/messages?{query}")
+    assert status == 200, body
+    assert "peer-notice" not in body and 'class="error"' not in body, body
+    return rows(body), body
+
+
+def expected(p: int, offsets: range | list[int]) -> list[tuple[int, int, str, str]]:
+    return [(p, i, f"k{p}-{i}", f"v{p}-{i}") for i in offsets]
+
+
+def test_browser_from_every_broker_reads_every_partition(cluster: Cluster, leaders: dict[int, int]) -> None:
+    for b in cluster.each():
+        for p in range(PARTITIONS):
+            found, body = browse(b, f"partition={p}")
+            assert found == expected(p, range(RECORDS)), (b.broker_id, leaders[p], body)
+            assert "no replica on this broker" not in body
+        # from an offset, with a page limit and the next page's link
+        found, body = browse(b, "partition=1&offset=2&limit=2")
+        assert found == expected(1, [2, 3])
+        assert 'href="?partition=1&offset=4&' in body
+        # before the end
+        assert browse(b, "partition=2&offset=-2")[0] == expected(2, [3, 4])
+        # from a timestamp (the first record at or after it), and one past every record: nothing
+        assert browse(b, f"partition=3&timestamp={ts_of(3, 2) + 5}")[0] == expected(3, [3, 4])
+        assert browse(b, f"partition=3&timestamp={ts_of(5, RECORDS)}")[0] == []
+        # filters: key, value, header
+        assert browse(b, "partition=4&key=k4-3")[0] == expected(4, [3])
+        assert browse(b, "partition=5&value=v5-1")[0] == expected(5, [1])
+        assert browse(b, "partition=0&header=h%3Dx2")[0] == expected(0, [2])
+        # every partition at once, by timestamp; a key filter across all of them
+        found, _ = browse(b, "limit=1000")
+        assert found == [r for p in range(PARTITIONS) for r in expected(p, range(RECORDS))]
+        assert browse(b, "key=-4")[0] == [(p, 4, f"k{p}-4", f"v{p}-4") for p in range(PARTITIONS)]
+        # hex, read_committed (nothing transactional here: the same records)
+        found, _ = browse(b, "partition=1&offset=1&limit=1&format=hex")
+        assert found == [(1, 1, b"k1-1".hex(" "), b"v1-1".hex(" "))]
+        assert browse(b, "partition=2&isolation=read_committed")[0] == expected(2, range(RECORDS))
+
+
+def test_topic_page_shows_the_leaders_figures(cluster: Cluster, leaders: dict[int, int]) -> None:
+    for b in cluster.each():
+        status, body = get(b, f"/topics/{TOPIC}")
+        assert status == 200, body
+        assert "peer-notice" not in body, body
+        found = re.findall(
+            r'<tr data-partition="(\d+)">.*?<td class="num">([^<]*)</td><td class="num" data-k="end">([^<]*)</td>'
+            r'\s*<td class="num">([^<]*)</td><td class="num">([^<]*)</td>',
+            body,
+            re.S,
+        )
+        assert [(int(p), s, e, m) for p, s, e, m, _ in found] == [
+            (p, "0", str(RECORDS), str(RECORDS)) for p in range(PARTITIONS)
+        ], (b.broker_id, body)
+        assert all(size.endswith(" B") and size != "0 B" for *_, size in found), found
+
+
+def test_read_committed_leaves_out_an_aborted_transaction_led_elsewhere(cluster: Cluster) -> None:
+    cluster.create_topic(TXN_TOPIC, partitions=1, replication_factor=1)
+    leader = cluster.leader(TXN_TOPIC, 0)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "console-spread-txn"})
+    producer.init_transactions(30)
+    for value, commit in (("c1", True), ("a1", False), ("c2", True)):
+        producer.begin_transaction()
+        producer.produce(TXN_TOPIC, value=value.encode(), partition=0)
+        assert producer.flush(30) == 0
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+
+    def values(b: ClusterBroker, isolation: str) -> list[str]:
+        status, body = get(b, f"/topics/{TXN_TOPIC}/messages?partition=0&isolation={isolation}")
+        assert status == 200 and "peer-notice" not in body, body
+        return [v for *_, v in rows(body)]
+
+    # the last commit's marker is written after commit_transaction returns: wait for it on the leader's own console
+    wait_until(lambda: values(cluster.brokers[leader], "read_committed") == ["c1", "c2"], what="the last marker")
+    for b in cluster.each():
+        assert values(b, "read_uncommitted") == ["c1", "a1", "c2"], b.broker_id
+        assert values(b, "read_committed") == ["c1", "c2"], b.broker_id
+
+
+def test_tail_of_a_partition_led_elsewhere(cluster: Cluster, leaders: dict[int, int]) -> None:
+    b = next(x for x in cluster.each() if any(lead != x.broker_id for lead in leaders.values()))
+    p = next(q for q, lead in leaders.items() if lead != b.broker_id)
+    events: list[dict[str, object]] = []
+    opened = threading.Event()
+
+    def follow() -> None:
+        with urllib.request.urlopen(f"{http_url(b)}/api/topics/{TOPIC}/tail?partition={p}", timeout=30) as r:
+            for raw in r:
+                line = raw.decode().strip()
+                if line.startswith(": tailing"):
+                    opened.set()
+                elif line.startswith("data: "):
+                    events.append(json.loads(line[6:]))
+                    return
+
+    t = threading.Thread(target=follow, daemon=True)
+    t.start()
+    assert opened.wait(30)
+    time.sleep(1)  # the tail has asked the leader for its end and is long-polling from there
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    producer.produce(TOPIC, key=b"tail-key", value=b"tail-value", partition=p)
+    assert producer.flush(30) == 0
+    t.join(30)
+    assert events, f"no event from broker {b.broker_id}'s tail of partition {p} (led by {leaders[p]})"
+    assert events[0]["partition"] == p and events[0]["offset"] == RECORDS
+    assert events[0]["key"] == "tail-key" and events[0]["value"] == "tail-value"
