@@ -23,7 +23,8 @@ Invariants:
   ``crc32c`` library before using the results: the kernel checks structure, not checksums. A batch with a bad
   CRC makes the pass fail, as in the reference (whatever the kernel did meanwhile is thrown away).
 - Reads stay within ``buf[:size]``, writes within ``out`` and the given arrays (numba does not bounds-check:
-  every length is checked against the batch, every batch against ``size``).
+  every length is checked against the batch, every batch against ``size``). The map pass's prefetches of the
+  table's rows (``table_prefetch``) are hints that name only rows of the table and change nothing.
 - A rewritten batch keeps the original header but for batchLength, maxTimestamp, recordCount and the CRC, which
   is left zero (``out_batches`` flags it for the caller to compute); a batch kept whole is copied as it is.
 """
