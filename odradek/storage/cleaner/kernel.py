@@ -23,7 +23,8 @@ Invariants:
   ``crc32c`` library before using the results: the kernel checks structure, not checksums. A batch with a bad
   CRC makes the pass fail, as in the reference (whatever the kernel did meanwhile is thrown away).
 - Reads stay within ``buf[:size]``, writes within ``out`` and the given arrays (numba does not bounds-check:
-  every length is checked against the batch, every batch against ``size``).
+  every length is checked against the batch, every batch against ``size``). The map pass's prefetches of the
+  table's rows (``table_prefetch``) are hints that name only rows of the table and change nothing.
 - A rewritten batch keeps the original header but for batchLength, maxTimestamp, recordCount and the CRC, which
   is left zero (``out_batches`` flags it for the caller to compute); a batch kept whole is copied as it is.
 """
@@ -33,7 +34,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from odradek.storage.cleaner.key_table import KeyTable, table_get, table_put  # (table_put is inlined here)
+from odradek.storage.cleaner.key_table import (  # (table_put_hashed is inlined here)
+    KeyTable,
+    table_get,
+    table_hash,
+    table_prefetch,
+    table_put_hashed,
+)
 
 WINDOW_END, FALLBACK, STRUCTURE, NEED_SCRATCH, LISTS_FULL, MAP_DONE, MAP_FULL = range(7)
 
@@ -42,8 +49,8 @@ MAP_BYTES_READ, MAP_RECORDS, BYTES_READ, RECORDS_READ, RECORDS_KEPT, TOMBSTONES_
 N_COUNTERS = 7
 
 # scratch columns: one row per record of the batch at hand (positions absolute in ``buf``)
-START, END, OFFSET_DELTA, KEY_AT, KEY_LEN, HAS_VALUE, TS_DELTA, KEEP = range(8)
-SCRATCH_COLUMNS = 8
+START, END, OFFSET_DELTA, KEY_AT, KEY_LEN, HAS_VALUE, TS_DELTA, KEEP, HASH = range(9)
+SCRATCH_COLUMNS = 9
 
 _HEADER = 61
 _OVERHEAD = 12
@@ -189,13 +196,17 @@ def map_batches(buf: np.ndarray, pos: int, size: int, limit: int, first_dirty: i
         if not mapped:
             continue
         for i in range(count):
+            if scr[i, KEY_LEN] >= 0:
+                scr[i, HASH] = table_hash(buf, scr[i, KEY_AT], scr[i, KEY_LEN])
+        table_prefetch(t, scr[:, HASH], scr[:, KEY_LEN], count)  # the batch's keys' misses overlap
+        for i in range(count):
             offset = base + scr[i, OFFSET_DELTA]
             key_len = scr[i, KEY_LEN]
             if offset < first_dirty or key_len < 0:
                 continue
             if offset >= first_uncleanable:
                 return MAP_DONE, pos, n, first_uncleanable
-            if not table_put(t, buf, scr[i, KEY_AT], key_len, offset):
+            if not table_put_hashed(t, buf, scr[i, KEY_AT], key_len, offset, scr[i, HASH]):
                 return MAP_FULL, pos, n, offset
             counters[MAP_RECORDS] += 1
     return WINDOW_END, pos, n, 0

@@ -29,6 +29,12 @@ same record and write the same files):
 
 Hash: 8 bytes of key at a time, multiply-xorshift, then a finaliser so that the low bits (the slot) depend on
 every byte. It is not keyed: keys crafted to collide slow probing down but never change what is kept.
+
+Prefetch: a put costs three dependent cache misses when the table is not cached (its slot, the slot's entry row,
+the key's bytes in the arena). ``table_prefetch`` starts loading one of those levels for a hash the caller computed
+(``table_hash``), so that a caller holding many keys (the kernel: a batch's records) overlaps their misses, level by
+level, before it puts them with ``table_put_hashed``. Prefetches are hints (``llvm.prefetch``: no fault, no
+effect on what the table holds) and read only the table's own rows.
 """
 
 from __future__ import annotations
@@ -36,7 +42,10 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from odradek.storage.cleaner.offset_map import ENTRY_OVERHEAD
 
@@ -88,6 +97,28 @@ def clear_table(t: KeyTable) -> None:
     t.meta[LATEST] = -1
     t.meta[ARENA_USED] = 0
     t.meta[ACTIVE] = INITIAL_SLOTS
+
+
+@intrinsic
+def _prefetch(typingctx: object, arr: types.Array, i: types.Integer) -> tuple[object, object]:  # pragma: no cover
+    """Start loading the cache line of ``arr.flat[i]`` (``llvm.prefetch``: read, high locality). Computes the
+    address only: never faults, whatever ``i``."""
+    sig = types.void(arr, i)
+
+    def codegen(context: object, builder: ir.IRBuilder, signature: object, args: list[object]) -> object:
+        aryty = signature.args[0]  # type: ignore[attr-defined]
+        ary = context.make_array(aryty)(context, builder, args[0])  # type: ignore[attr-defined]
+        data = builder.bitcast(ary.data, ir.IntType(8).as_pointer())
+        size = context.get_constant(types.intp, aryty.dtype.bitwidth // 8)  # type: ignore[attr-defined]
+        at = context.cast(builder, args[1], signature.args[1], types.intp)  # type: ignore[attr-defined]
+        ptr = builder.gep(data, [builder.mul(at, size)])
+        i32 = ir.IntType(32)
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32]), "llvm.prefetch.p0")
+        builder.call(fn, [ptr, i32(0), i32(3), i32(1)])
+        return context.get_dummy_value()  # type: ignore[attr-defined]
+
+    return sig, codegen
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -190,9 +221,43 @@ def _insert(t: KeyTable, buf: np.ndarray, at: int, n: int, offset: int, h: np.in
 
 
 @njit(cache=True, nogil=True, inline="always")
+def table_hash(buf: np.ndarray, at: int, n: int) -> np.int64:
+    """The hash of the key ``buf[at:at+n]`` (for ``table_prefetch`` and ``table_put_hashed``)."""
+    return np.int64(_hash(buf, at, n))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def table_prefetch(t: KeyTable, hashes: np.ndarray, key_lens: np.ndarray, count: int) -> None:
+    """Start loading what puts of the keys hashed ``hashes[:count]`` read, level by level: their slots, then the
+    entry rows of the keys in those slots, then those keys' bytes (each level reads what the one before loaded, so
+    the keys' misses overlap). Keys whose ``key_lens`` is negative (none) are skipped."""
+    mask = np.uint64(t.meta[ACTIVE] - 1)
+    slots = t.slots
+    entries = t.entries
+    for i in range(count):
+        if key_lens[i] >= 0:
+            _prefetch(slots, 2 * np.int64(np.uint64(hashes[i]) & mask))
+    for i in range(count):
+        if key_lens[i] >= 0:
+            e = slots[np.int64(np.uint64(hashes[i]) & mask), 1] - 1
+            if e >= 0:
+                _prefetch(entries, 4 * e)
+    for i in range(count):
+        if key_lens[i] >= 0:
+            e = slots[np.int64(np.uint64(hashes[i]) & mask), 1] - 1
+            if e >= 0:
+                _prefetch(t.arena, entries[e, KEY_AT])
+
+
+@njit(cache=True, nogil=True, inline="always")
 def table_put(t: KeyTable, buf: np.ndarray, at: int, n: int, offset: int) -> bool:
     """Map the key ``buf[at:at+n]`` to ``offset``; False (nothing changed) if it is new and does not fit."""
-    h = np.int64(_hash(buf, at, n))
+    return table_put_hashed(t, buf, at, n, offset, np.int64(_hash(buf, at, n)))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def table_put_hashed(t: KeyTable, buf: np.ndarray, at: int, n: int, offset: int, h: np.int64) -> bool:
+    """``table_put`` of a key whose ``table_hash`` is ``h``."""
     slot, e = _find(t, buf, at, n, h)
     if e < 0:
         return _insert(t, buf, at, n, offset, h, slot)
