@@ -191,10 +191,15 @@ async def topics_page(request: web.Request) -> web.Response:
         visible=lambda name: access.allowed(request, b, AclOperation.DESCRIBE, ResourceType.TOPIC, name),
         unhealthy=unhealthy,
     )
+    peers = _peers(request)
+    notices: list[str] = []
+    if peers is not None:
+        listing, notices = await topics.leaders_rows(b, peers, listing)
     return render(
         request,
         "topics.html",
         listing=listing,
+        peer_notices=notices,
         q=q,
         internal=internal,
         unhealthy=unhealthy,

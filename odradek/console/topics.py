@@ -10,7 +10,8 @@ Configs are shown as DescribeConfigs describes them (``topic_config_entries``: e
 In a cluster a topic's page shows each partition's figures as its leader has them (``leaders_figures``): start and
 end offsets by ListOffsets to the leader (in memory for what this broker leads), the size of this broker's replica
 when it hosts one, else the leader's by DescribeLogDirs; a leader that does not answer leaves its partitions'
-figures empty, with a notice. The list page's figures are those of the replicas this broker hosts.
+figures empty, with a notice. The list page's figures (messages, size) are gathered the same way for the topics
+on the page (``leaders_rows``); in single-node mode both read the local logs in memory.
 
 Invariants: a list page costs O(topics) for sorting and filtering names plus O(partitions shown) for the figures
 of the topics on that page; nothing reads a log file (sizes are the segments' in-memory sizes).
@@ -80,15 +81,19 @@ def _row(b: Broker, name: str) -> TopicRow | None:
     topic = b.registry.get(name)
     if topic is None:
         return None
-    parts = cluster_view.partitions(b, topic)
-    hosted = [p for p in parts if p.size is not None]
+    return _row_of(topic, cluster_view.partitions(b, topic))
+
+
+def _row_of(topic: Topic, parts: list[PartitionInfo]) -> TopicRow:
+    counted = [m for p in parts if (m := p.messages) is not None]
+    sized = [p.size for p in parts if p.size is not None]
     return TopicRow(
-        name,
+        topic.name,
         topic.internal,
         topic.partitions,
         max((len(p.replicas) for p in parts), default=0),
-        sum(p.messages or 0 for p in hosted) if hosted else None,
-        sum(p.size or 0 for p in hosted) if hosted else None,
+        sum(counted) if counted else None,
+        sum(sized) if sized else None,
         sum(p.offline for p in parts),
         sum(p.under_replicated for p in parts),
     )
@@ -132,8 +137,8 @@ async def leaders_figures(
     for p in parts:
         part = b.replicas.get(p.topic, p.partition)
         if p.leader == here and part is not None and part.is_leader:
-            led_here.add(p.partition)
-    ask = [(p.topic, p.partition) for p in parts if p.partition not in led_here and p.leader >= 0]
+            led_here.add((p.topic, p.partition))
+    ask = [(p.topic, p.partition) for p in parts if (p.topic, p.partition) not in led_here and p.leader >= 0]
     sizes_of: dict[int, list[tuple[str, int]]] = {}
     for p in parts:
         if p.size is None and p.leader >= 0 and p.leader != here:
@@ -143,13 +148,28 @@ async def leaders_figures(
     (ranges, n1), (sizes, n2) = await asyncio.gather(peers.offset_ranges(ask), peers.log_sizes(sizes_of))
     out = []
     for p in parts:
-        if p.partition in led_here:
+        if (p.topic, p.partition) in led_here:
             out.append(p)
             continue
         start, end = ranges.get((p.topic, p.partition), (None, None))
         size = p.size if p.size is not None else sizes.get((p.topic, p.partition))
         out.append(replace(p, start_offset=start, end_offset=end, size=size))
     return out, list(dict.fromkeys(n1 + n2))
+
+
+async def leaders_rows(
+    b: Broker, peers: Peers, listing: Listing[TopicRow]
+) -> tuple[Listing[TopicRow], list[str]]:
+    """``listing``'s rows with messages and sizes as the partitions' leaders have them (``leaders_figures`` of the
+    page's topics at once); the notices of the brokers that did not answer."""
+    topics = [t for r in listing.rows if (t := b.registry.get(r.name)) is not None]
+    parts = [p for t in topics for p in cluster_view.partitions(b, t)]
+    figures, notices = await leaders_figures(b, peers, parts)
+    by_topic: dict[str, list[PartitionInfo]] = {}
+    for p in figures:
+        by_topic.setdefault(p.topic, []).append(p)
+    rows = [_row_of(t, by_topic.get(t.name, [])) for t in topics]
+    return Listing(rows, listing.total, listing.page, listing.pages), notices
 
 
 def configs(b: Broker, name: str) -> list[ConfigRow]:

@@ -116,6 +116,18 @@ def test_browser_from_every_broker_reads_every_partition(cluster: Cluster, leade
         assert browse(b, "partition=2&isolation=read_committed")[0] == expected(2, range(RECORDS))
 
 
+def test_topic_list_counts_every_partition_as_its_leader_has_it(cluster: Cluster, leaders: dict[int, int]) -> None:
+    for b in cluster.each():  # each broker hosts only some of the partitions: the list still counts all of them
+        status, body = get(b, f"/topics?q={TOPIC}")
+        assert status == 200, body
+        assert "peer-notice" not in body, body
+        row = re.search(rf'<tr data-topic="{TOPIC}">.*?</tr>', body, re.S)
+        assert row is not None, body
+        cells = re.findall(r'<td class="num[^"]*">([^<]*)</td>', row.group(0))
+        assert cells[2] == str(PARTITIONS * RECORDS), (b.broker_id, cells)  # messages
+        assert cells[3].endswith(" B") and cells[3] != "0 B", cells  # size
+
+
 def test_topic_page_shows_the_leaders_figures(cluster: Cluster, leaders: dict[int, int]) -> None:
     for b in cluster.each():
         status, body = get(b, f"/topics/{TOPIC}")
