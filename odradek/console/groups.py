@@ -233,6 +233,22 @@ def _target(mode: str, value: str | None) -> Target:
     return Target(mode)
 
 
+def _planned(target: Target, partitions: list[TP], committed: dict[TP, int], earliest: dict[TP, int],
+             latest: dict[TP, int], by_time: dict[TP, int] | None, execute: bool,
+             may_commit: Callable[[str], bool] | None) -> ResetResult:
+    """Kafka's plan of a reset (``plan_offsets``); before an execution, refused unless the user may commit on each
+    of its topics."""
+    try:
+        plan = plan_offsets(target, partitions, committed, earliest, latest, by_time)
+    except CliError as e:
+        raise ConsoleError(e.message) from None
+    if execute:
+        refused = sorted({t for t, _ in plan.offsets if may_commit is not None and not may_commit(t)})
+        if refused:
+            raise AccessDenied(f"may not commit offsets of topic(s) {', '.join(refused)} (READ on the topic)")
+    return ResetResult(plan, execute)
+
+
 async def reset_offsets(
     b: Broker,
     group_id: str,
@@ -270,16 +286,10 @@ async def reset_offsets(
         assert target.value is not None
         ts = target.value
         by_time = await asyncio.to_thread(lambda: {tp: offset_for_timestamp(lg, ts) for tp, lg in logs.items()})
-    try:
-        plan = plan_offsets(target, partitions, committed, earliest, latest, by_time)
-    except CliError as e:
-        raise ConsoleError(e.message) from None
-    result = ResetResult(plan, execute)
+    result = _planned(target, partitions, committed, earliest, latest, by_time, execute, may_commit)
     if not execute:
         return result
-    refused = sorted({t for t, _ in plan.offsets if may_commit is not None and not may_commit(t)})
-    if refused:
-        raise AccessDenied(f"may not commit offsets of topic(s) {', '.join(refused)} (READ on the topic)")
+    plan = result.plan
     outcome = await _commit_here(b, group_id, plan.offsets)
     result.errors = {tp: ErrorCode(e).name for tp, e in outcome.items() if e != ErrorCode.NONE}
     return result
@@ -513,16 +523,10 @@ async def reset_offsets_cluster(
             )
     earliest, latest = found[0][0], found[1][0]
     by_time = found[2][0] if len(found) > 2 else None
-    try:
-        plan = plan_offsets(target, partitions, committed, earliest, latest, by_time)
-    except CliError as e:
-        raise ConsoleError(e.message) from None
-    result = ResetResult(plan, execute)
+    result = _planned(target, partitions, committed, earliest, latest, by_time, execute, may_commit)
     if not execute:
         return result
-    refused = sorted({t for t, _ in plan.offsets if may_commit is not None and not may_commit(t)})
-    if refused:
-        raise AccessDenied(f"may not commit offsets of topic(s) {', '.join(refused)} (READ on the topic)")
+    plan = result.plan
     if coordinator == peers.node_id:
         outcome = await _commit_here(b, group_id, plan.offsets)
     else:
