@@ -486,11 +486,18 @@ def test_producer_id_blocks_never_overlap(zk_client: ZkClientFactory, zk_chroot:
         kz.close()
 
 
-class _TwentyMinutesLater:
-    """A clock 20 minutes ahead of ZooKeeper's: every notification already there is past Kafka's 15 minutes."""
+class _MovableClock:
+    """ZooKeeper's clock, moved ahead by ``ahead_ms`` (20 minutes: every notification already there is past Kafka's
+    15 minutes)."""
+
+    def __init__(self) -> None:
+        self.ahead_ms = 0
 
     def milliseconds(self) -> int:
-        return int(time.time() * 1000) + 20 * 60 * 1000
+        return int(time.time() * 1000) + self.ahead_ms
+
+
+LATER_MS = 20 * 60 * 1000
 
 
 def test_read_config_change_notifications_are_purged_once_expired(zk_client: ZkClientFactory,
@@ -500,14 +507,15 @@ def test_read_config_change_notifications_are_purged_once_expired(zk_client: ZkC
     admin.set_config("topics", "a", {"retention.ms": "1"})
     kz = raw(zk_chroot)
     try:
-        assert zk_client().config_changes(watch=Recorder()) == ["topics/a"]  # young: kept
+        clock, changes = _MovableClock(), Recorder()
+        broker = zk_client(clock=clock)
+        assert broker.config_changes(watch=changes) == ["topics/a"]  # read, young: kept
         assert len(kz.get_children("/config/changes")) == 1
-        later, changes = zk_client(clock=_TwentyMinutesLater()), Recorder()
-        assert later.config_changes(watch=changes) == ["topics/a"]  # read, then purged: expired by its clock
-        assert kz.get_children("/config/changes") == []
+        clock.ahead_ms = LATER_MS
         admin.set_config("topics", "b", {"retention.ms": "2"})
         changes.wait_for(lambda v: v == ["topics/b"], "the next change")
-        wait_until(lambda: kz.get_children("/config/changes") == [], what="the read notification purged")
+        # with that batch, every notification read so far and now expired goes: the earlier batch's one too
+        wait_until(lambda: kz.get_children("/config/changes") == [], what="the read notifications purged")
         assert admin.get_config("topics", "b") == {"retention.ms": "2"}  # the configs themselves stay
     finally:
         kz.stop()
@@ -520,18 +528,22 @@ def test_read_acl_change_notifications_are_purged_once_expired(zk_client: ZkClie
     orders = ResourcePattern(ResourceType.TOPIC, "orders", PatternType.LITERAL)
     alice = AccessControlEntry("User:alice", "*", AclOperation.READ, AclPermissionType.ALLOW)
     bob = AccessControlEntry("User:bob", "*", AclOperation.READ, AclPermissionType.ALLOW)
+    carol = AccessControlEntry("User:carol", "*", AclOperation.READ, AclPermissionType.ALLOW)
     admin.update(orders, lambda entries: entries | {alice})
     kz = raw(zk_chroot)
     try:
-        ZkAcls(zk_client()).watch_changes(Recorder())  # young: kept
-        assert len(kz.get_children("/kafka-acl-changes")) == 1
-        changes = Recorder()
-        ZkAcls(zk_client(clock=_TwentyMinutesLater())).watch_changes(lambda p, e: changes((p, e)))
-        assert kz.get_children("/kafka-acl-changes") == []  # present at the start, expired: purged
+        clock, changes = _MovableClock(), Recorder()
+        ZkAcls(zk_client(clock=clock)).watch_changes(lambda p, e: changes((p, e)))
+        assert len(kz.get_children("/kafka-acl-changes")) == 1  # present at the start, young: kept
         admin.update(orders, lambda entries: entries | {bob})
         changes.wait_for(lambda v: v == (orders, frozenset({alice, bob})), "the change reported")
-        wait_until(lambda: kz.get_children("/kafka-acl-changes") == [], what="the read notification purged")
-        assert admin.read(orders) == {alice, bob}  # the ACLs themselves stay
+        assert len(kz.get_children("/kafka-acl-changes")) == 2  # read, young: kept
+        clock.ahead_ms = LATER_MS
+        admin.update(orders, lambda entries: entries | {carol})
+        changes.wait_for(lambda v: v == (orders, frozenset({alice, bob, carol})), "the next change reported")
+        # with that batch, every notification read so far and now expired goes: the earlier ones too
+        wait_until(lambda: kz.get_children("/kafka-acl-changes") == [], what="the read notifications purged")
+        assert admin.read(orders) == {alice, bob, carol}  # the ACLs themselves stay
     finally:
         kz.stop()
         kz.close()

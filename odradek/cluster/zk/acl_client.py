@@ -152,10 +152,8 @@ class _ChangeWatch:
 
     def _read_new(self, children: list[str]) -> None:
         numbered = sorted((s, c) for c in children if (s := change_sequence(c)) is not None and s > self._last)
-        read: list[str] = []
         for sequence, child in numbered:
             self._last = sequence
-            read.append(child)
             try:
                 got = self._zk._get(f"{self._path}/{child}")
                 if got is None:
@@ -168,4 +166,5 @@ class _ChangeWatch:
                 log.error("ignoring ACL change notification %s/%s: %s", self._path, child, e)
                 continue
             self._zk._dispatch(lambda p=pattern, e=entries: self._callback(p, e))
-        self._zk.purge_expired_notifications(self._path, read)
+        # every notification read so far (earlier batches' included), as Kafka's purgeObsoleteNotifications
+        self._zk.purge_expired_notifications(self._path, [c for c in children if change_sequence(c) is not None])

@@ -977,8 +977,8 @@ class ZkClient:
     def config_changes(self, watch: Callable[[list[str]], None]) -> list[str]:
         """Entity paths (``topics/orders``) of the notifications present now; ``watch`` gets those of each new batch.
 
-        A notification is reported once per client, in sequence order. Each batch read, the watch purges the
-        notifications read so far that are older than ``CHANGE_EXPIRATION_MS``, as Kafka's brokers do.
+        A notification is reported once per client, in sequence order. With each batch, the watch purges the
+        notifications (all of them read by then) that are older than ``change_expiration_ms``, as Kafka's brokers do.
         """
         return _ConfigChangeWatch(self, watch).start()
 
@@ -1179,7 +1179,6 @@ class _ConfigChangeWatch:
     def _read_new(self, children: list[str]) -> list[str]:
         entity_paths: list[str] = []
         numbered: list[tuple[int, str]] = []
-        read: list[str] = []
         for child in children:
             try:
                 numbered.append((layout.config_change_sequence(child), child))
@@ -1192,12 +1191,12 @@ class _ConfigChangeWatch:
             got = self._zk._get(f"{layout.CONFIG_CHANGES_PATH}/{child}")
             if got is None:
                 continue  # purged meanwhile
-            read.append(child)
             try:
                 entity_paths.append(layout.decode_config_change(child, got[0]))
             except ZkDataError as exc:
                 _log.error("ignoring %s", exc)
-        self._zk.purge_expired_notifications(layout.CONFIG_CHANGES_PATH, read)
+        # every notification read so far, in this batch or an earlier one, as Kafka's purgeObsoleteNotifications
+        self._zk.purge_expired_notifications(layout.CONFIG_CHANGES_PATH, [c for _, c in numbered])
         return entity_paths
 
 
