@@ -7,6 +7,7 @@ asked with confluent-kafka's admin client (a real Kafka client). Every wait is b
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -43,6 +44,20 @@ def running_cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPat
     """A 3-broker cluster on its own chroot of the module's ZooKeeper, stopped (cleanly) at the end; use as
     ``cluster = pytest.fixture(scope="module")(running_cluster)``."""
     yield from serving(Cluster(tmp_path_factory.mktemp("cluster"), unique_chroot(zookeeper)))
+
+
+def running_http_cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """``running_cluster`` whose brokers also serve HTTP (``/metrics``, the console) on a free port each (see
+    ``http_url``); use as ``cluster = pytest.fixture(scope="module")(running_http_cluster)``."""
+    c = Cluster(tmp_path_factory.mktemp("http-cluster"), unique_chroot(zookeeper),
+                overrides=["http.listeners=http://127.0.0.1:0"])
+    yield from serving(c)
+
+
+def http_url(b: ClusterBroker) -> str:
+    """The broker's HTTP address as its log says (the last start's: port 0 is a new port each start)."""
+    b.wait_for_log("HTTP on http://127.0.0.1:")
+    return re.findall(r"HTTP on (http://127\.0\.0\.1:\d+)", b.log())[-1]
 
 
 def serving(c: Cluster) -> Iterator[Cluster]:

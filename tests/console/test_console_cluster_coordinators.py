@@ -13,17 +13,14 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from odradek.cluster.zk.server import ZooKeeperServer
 from odradek.coordinator.group.records import partition_for
-from tests.cluster.brokers import Cluster, ClusterBroker, serving, wait_until
-from tests.cluster.zk_process import unique_chroot
+from tests.cluster.brokers import Cluster, ClusterBroker, http_url, running_http_cluster, wait_until
 from tests.cluster.zk_process import zookeeper as zookeeper
 
 pytestmark = pytest.mark.slow
@@ -34,19 +31,7 @@ RECORDS = 10  # per partition
 OFFSETS_PARTITIONS = 5  # offsets.topic.num.partitions and transaction.state.log.num.partitions of CLUSTER_OVERRIDES
 
 
-@pytest.fixture(scope="module")
-def cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(
-        tmp_path_factory.mktemp("console-cluster"),
-        unique_chroot(zookeeper),
-        overrides=["http.listeners=http://127.0.0.1:0"],
-    )
-    yield from serving(c)
-
-
-def http_url(b: ClusterBroker) -> str:
-    b.wait_for_log("HTTP on http://127.0.0.1:")
-    return re.findall(r"HTTP on (http://127\.0\.0\.1:\d+)", b.log())[-1]
+cluster = pytest.fixture(scope="module")(running_http_cluster)
 
 
 def get(b: ClusterBroker, path: str, timeout: float = 30) -> tuple[int, str]:

@@ -10,16 +10,13 @@ import re
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Producer
 
-from odradek.cluster.zk.server import ZooKeeperServer
-from tests.cluster.brokers import Cluster, ClusterBroker, serving, wait_until
-from tests.cluster.zk_process import unique_chroot
+from tests.cluster.brokers import Cluster, ClusterBroker, http_url, running_http_cluster, wait_until
 from tests.cluster.zk_process import zookeeper as zookeeper
-from tests.console.test_console_cluster_coordinators import get, http_url
+from tests.console.test_console_cluster_coordinators import get
 
 pytestmark = pytest.mark.slow
 
@@ -34,14 +31,7 @@ def ts_of(p: int, i: int) -> int:
     return BASE_MS + p * 1000 + i * 10
 
 
-@pytest.fixture(scope="module")
-def cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(
-        tmp_path_factory.mktemp("console-topics"),
-        unique_chroot(zookeeper),
-        overrides=["http.listeners=http://127.0.0.1:0"],
-    )
-    yield from serving(c)
+cluster = pytest.fixture(scope="module")(running_http_cluster)
 
 
 @pytest.fixture(scope="module")

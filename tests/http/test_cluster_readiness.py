@@ -4,15 +4,10 @@ shrink), and once it is back and caught up it is ready again (an ISR expansion).
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator
-
 import pytest
 from confluent_kafka import Producer
 
-from odradek.cluster.zk.server import ZooKeeperServer
-from tests.cluster.brokers import Cluster, ClusterBroker, serving, wait_until
-from tests.cluster.zk_process import unique_chroot
+from tests.cluster.brokers import Cluster, ClusterBroker, http_url, running_http_cluster, wait_until
 from tests.cluster.zk_process import zookeeper as zookeeper
 from tests.http.scrape import get, metrics, value
 
@@ -21,20 +16,7 @@ pytestmark = pytest.mark.slow
 TOPIC = "http-ready"
 
 
-@pytest.fixture(scope="module")
-def cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(
-        tmp_path_factory.mktemp("http-cluster"),
-        unique_chroot(zookeeper),
-        overrides=["http.listeners=http://127.0.0.1:0"],
-    )
-    yield from serving(c)
-
-
-def http_url(b: ClusterBroker) -> str:
-    """The broker's HTTP address as its log says (the last start's: port 0 is a new port each start)."""
-    b.wait_for_log("HTTP on http://127.0.0.1:")
-    return re.findall(r"HTTP on (http://127\.0\.0\.1:\d+)", b.log())[-1]
+cluster = pytest.fixture(scope="module")(running_http_cluster)
 
 
 def ready(b: ClusterBroker) -> bool:
