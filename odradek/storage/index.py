@@ -182,7 +182,10 @@ class _MmapIndex:
 
     def _write(self, a: int, b: int) -> None:
         at = self._room(1)
-        self._mm.pack_into(self.ENTRY, at, a, b)  # type: ignore[union-attr]
+        try:
+            self._mm.pack_into(self.ENTRY, at, a, b)  # type: ignore[union-attr]
+        except struct.error as e:  # a relative offset outside u32 (Kafka's IndexOffsetOverflowException)
+            raise StorageError(f"index {self.path}: entry ({a}, {b}) does not fit: {e}") from None
         self._entries += 1
         self._cached_last, self._cached_last_n = (a, b), self._entries
 
@@ -198,7 +201,10 @@ class _MmapIndex:
         buf = bytearray(len(rows) * size)
         pos = 0
         for a, b in rows:
-            pack(buf, pos, a, b)
+            try:
+                pack(buf, pos, a, b)
+            except struct.error as e:  # as in _write: nothing written yet
+                raise StorageError(f"index {self.path}: entry ({a}, {b}) does not fit: {e}") from None
             pos += size
         try:
             with opened(self.path, os.O_WRONLY) as fd:

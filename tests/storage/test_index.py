@@ -433,3 +433,19 @@ def test_make_writable_with_a_smaller_limit_keeps_entries_in_use(tmp_path: Path)
         smaller.append(BASE + 30, 1000)
     smaller.close()
     assert smaller.path.stat().st_size == 160
+
+
+def test_an_entry_outside_the_relative_offset_range_is_refused_and_nothing_is_stored(tmp_path: Path) -> None:
+    idx = offset_index(tmp_path)
+    idx.append(BASE + 1, 10)
+    with pytest.raises(StorageError, match="does not fit"):
+        idx.append(BASE + (1 << 32), 20)  # relative offset past u32, as Kafka's IndexOffsetOverflowException
+    with pytest.raises(StorageError, match="does not fit"):
+        idx.append_many([(BASE + 2, 30), (BASE + (1 << 32) + 5, 40)])
+    assert idx.entries == 1 and idx.last_entry == (BASE + 1, 10)
+    tix = time_index(tmp_path)
+    with pytest.raises(StorageError, match="does not fit"):
+        tix.maybe_append(1_000, BASE + (1 << 32))
+    assert tix.entries == 0
+    idx.close()
+    tix.close()
