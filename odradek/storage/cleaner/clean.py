@@ -394,6 +394,7 @@ class GroupWriter:
         self.base = group[0].base_offset
         self.dest = LogSegment.create(scratch, self.base, task.config, now_ms=task.now_ms)
         self.closed = False
+        self.rolled = False
 
     def append(self, data: bytes | memoryview, headers: list[rb.BatchHeader]) -> None:
         at = self.dest.size
@@ -407,6 +408,7 @@ class GroupWriter:
         dest = self.dest
         try:
             dest.on_roll()
+            self.rolled = True
             dest.flush()
             size = dest.size
         finally:
@@ -419,9 +421,14 @@ class GroupWriter:
         return CleanedSegment(self.base, tuple(s.base_offset for s in self.group), size)
 
     def close(self) -> None:
+        """Close the segment; one never rolled (its pass failed) is dropped with its files, without the roll's last
+        time index entry, which the failure may have left inconsistent (a damaged batch's offsets)."""
         if not self.closed:
             self.closed = True
-            self.dest.close()
+            if self.rolled:
+                self.dest.close()
+            else:
+                self.dest.delete_files()
 
 
 def _write_group(task: CleanTask, group: list[SegmentSummary], rewriter: _Rewriter, scratch: Path,
