@@ -104,7 +104,8 @@ class CleanedSegment:
 
 @dataclass(slots=True)
 class CleanStats:
-    bytes_read: int = 0
+    bytes_read: int = 0  # of the log the rewrite went through
+    bytes_skipped: int = 0  # of those, not read: batches the map showed superseded whole (the compiled path only)
     bytes_written: int = 0
     records_read: int = 0
     records_kept: int = 0

@@ -68,6 +68,9 @@ CHUNK_BYTES = 1024 * 1024  # of a segment per kernel call
 OVERLAP_BYTES = 64 * 1024  # read past each chunk: batches up to this long starting in it are whole in it
 READ_AHEAD = 1  # chunks read ahead of the one scanned, each by its own reader thread (2 measured no faster)
 SPAN_ROWS = 4096  # batches a kernel call reads before the caller checks their CRCs
+SKIP_MIN_BYTES = 32 * 1024  # a run of batches the rewrite drops whole is not read if at least this long
+DROPPED_SHARE = 16  # the list of batches the rewrite may drop whole: at most this fraction of the map's memory
+_DROPPED_COLUMNS = (k.SPAN_POS, k.SPAN_SIZE, k.SPAN_LOW, k.SPAN_HIGH, k.SPAN_COUNT, k.SPAN_KEYLESS)
 SCRATCH_ROWS = 1024  # records of one batch the scratch holds before it grows
 OUTPUT_MIN_BYTES = 64 * 1024  # the output buffer: io_buffer_bytes, at least this
 _CRC = struct.Struct(">I")
@@ -78,7 +81,7 @@ class _Work:
 
     def __init__(self) -> None:
         self.scratch = np.zeros((SCRATCH_ROWS, k.SCRATCH_COLUMNS), np.int64)
-        self.spans = np.zeros((SPAN_ROWS, 3), np.int64)
+        self.spans = np.zeros((SPAN_ROWS, k.SPAN_COLUMNS), np.int64)
         self.counters = np.zeros(k.N_COUNTERS, np.int64)
         self.chunks = tuple(np.empty(CHUNK_BYTES + OVERLAP_BYTES, np.uint8) for _ in range(READ_AHEAD + 1))
         self.reader = ThreadPoolExecutor(READ_AHEAD, thread_name_prefix="odradek-cleaner-read")
@@ -93,7 +96,7 @@ class _Work:
         """CRC-32C of the batches the kernel listed that end after ``from_pos`` (in ``buf``); the reference's error
         for a damaged one."""
         view = memoryview(buf)
-        for pos, size, stored in self.spans[:n].tolist():
+        for pos, size, stored in self.spans[:n, : k.SPAN_CRC + 1].tolist():
             if pos + size > from_pos and crc32c(view[pos + rb.ATTRIBUTES_AT : pos + size]) != stored:
                 rb.check_batch(buf, pos, available=size)
 
@@ -110,41 +113,51 @@ def _pread(fd: int, buf: np.ndarray, n: int, at: int) -> int:
     return done
 
 
-class _Chunks:
-    """A segment's first ``size`` bytes as chunks: chunk ``j`` holds the file from ``j * CHUNK_BYTES`` for
-    ``CHUNK_BYTES + OVERLAP_BYTES`` (so that a batch starting in it and no longer than the overlap is whole in it),
-    read into buffer ``j % (READ_AHEAD + 1)``; asking for chunk ``j`` starts reading the next ``READ_AHEAD`` ones in
-    the background, each by a reader thread (``pread`` and the kernel release the GIL: the copies and the scan share
-    the cores). Asking for chunk ``j`` means the caller is done with every earlier chunk: its buffer is read into
-    again."""
+def _pieces(size: int, skips: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
+    """The reads of a segment's first ``size`` bytes but the ranges ``skips`` (sorted, each starting and ending at a
+    batch boundary): (file position, bytes to read, bytes in which the batches to scan start). A piece holds
+    ``CHUNK_BYTES`` of batch starts and reads ``OVERLAP_BYTES`` past them (so that a batch starting in it and no
+    longer than the overlap is whole in it), never past the range it is in."""
+    pieces = []
+    start = 0
+    for end, resume in [*skips, (size, size)]:
+        for at in range(start, end, CHUNK_BYTES):
+            pieces.append((at, min(CHUNK_BYTES + OVERLAP_BYTES, end - at), min(CHUNK_BYTES, end - at)))
+        start = resume
+    return pieces
 
-    def __init__(self, fd: int, size: int, work: _Work) -> None:
+
+class _Chunks:
+    """A segment's ``pieces`` (``_pieces``), piece ``j`` read into buffer ``j % (READ_AHEAD + 1)``; asking for piece
+    ``j`` starts reading the next ``READ_AHEAD`` ones in the background, each by a reader thread (``pread`` and the
+    kernel release the GIL: the copies and the scan share the cores). Asking for piece ``j`` means the caller is
+    done with every earlier piece: its buffer is read into again."""
+
+    def __init__(self, fd: int, pieces: list[tuple[int, int, int]], work: _Work) -> None:
         self.fd = fd
-        self.size = size
+        self.pieces = pieces
         self.work = work
-        self.ahead: dict[int, Future[int]] = {}  # chunk -> its read under way
+        self.ahead: dict[int, Future[int]] = {}  # piece -> its read under way
 
     def _read(self, j: int) -> int:
-        start = j * CHUNK_BYTES
-        return _pread(self.fd, self._buffer(j), min(CHUNK_BYTES + OVERLAP_BYTES, self.size - start), start)
+        at, n, _ = self.pieces[j]
+        return _pread(self.fd, self._buffer(j), n, at)
 
     def _buffer(self, j: int) -> np.ndarray:
         chunks = self.work.chunks
         return chunks[j % len(chunks)]
 
     def get(self, j: int) -> tuple[np.ndarray, int]:
-        """Chunk ``j`` and the bytes in it."""
+        """Piece ``j`` and the bytes in it."""
         future = self.ahead.pop(j, None)
         for earlier in [i for i in self.ahead if i < j]:  # skipped (a batch larger than a chunk was read alone)
             self.ahead.pop(earlier).result()
         if future is None:
-            self.close()  # (no read under way may be writing into this chunk's buffer)
+            self.close()  # (no read under way may be writing into this piece's buffer)
             avail = self._read(j)
         else:
             avail = future.result()  # (a read under way must end before its buffer is used)
-        for i in range(j + 1, j + 1 + READ_AHEAD):
-            if i * CHUNK_BYTES >= self.size:
-                break
+        for i in range(j + 1, min(j + 1 + READ_AHEAD, len(self.pieces))):
             if i not in self.ahead:
                 self.ahead[i] = self.work.reader.submit(self._read, i)
         return self._buffer(j), avail
@@ -164,10 +177,13 @@ _Fallback = Callable[[bytes, rb.BatchHeader], "int | None"]
 
 class _Scan:
     """One segment through a pass's kernel ``step``, the batches it leaves through ``fallback``, every batch
-    listed past byte ``checked`` of the file CRC-checked."""
+    listed past byte ``checked`` of the file CRC-checked; the byte ranges ``skips`` are not read at all, and
+    ``listed`` is given the rows the kernel listed with the file position of their buffer."""
 
     def __init__(self, task: CleanTask, seg: SegmentSummary, work: _Work, throttle: Throttler, step: _Step,
-                 fallback: _Fallback, checked: int, on_full: Callable[[int], None] | None) -> None:
+                 fallback: _Fallback, checked: int, on_full: Callable[[int], None] | None,
+                 skips: list[tuple[int, int]] | None = None,
+                 listed: Callable[[np.ndarray, int], None] | None = None) -> None:
         self.task = task
         self.path = Path(task.directory) / (segment_name(seg.base_offset) + LOG_SUFFIX)
         self.size = seg.size
@@ -177,6 +193,8 @@ class _Scan:
         self.fallback = fallback
         self.checked = checked
         self.on_full = on_full
+        self.skips = skips or []
+        self.listed = listed
 
     def run(self) -> tuple[int | None, int]:
         """(The offset the map pass ends at, or None; the file position read and checked up to.)"""
@@ -188,15 +206,17 @@ class _Scan:
                     if end is not None:
                         return end, self.size
                 return None, self.size
-            chunks = _Chunks(self.fd, self.size, self.work)
+            pieces = _pieces(self.size, self.skips)
+            chunks = _Chunks(self.fd, pieces, self.work)
             try:
                 at = 0
-                while at < self.size:
-                    j = at // CHUNK_BYTES
+                for j, (start, _, limit) in enumerate(pieces):
+                    if at >= start + limit:  # (read past it: a batch larger than the overlap was read alone)
+                        continue
+                    at = max(at, start)  # (past a skipped range)
                     buf, avail = chunks.get(j)
-                    self.throttle.account(min(avail, CHUNK_BYTES))
-                    at, end = self._buffer(buf, at - j * CHUNK_BYTES, min(avail, CHUNK_BYTES), avail,
-                                           j * CHUNK_BYTES)
+                    self.throttle.account(min(avail, limit))
+                    at, end = self._buffer(buf, at - start, min(avail, limit), avail, start)
                     if end is not None:
                         return end, at
             finally:
@@ -210,6 +230,8 @@ class _Scan:
         while pos < limit:
             status, pos, n, value = self.step(buf, pos, avail, limit)
             work.check_crcs(buf, n, self.checked - base)
+            if self.listed is not None and n:
+                self.listed(work.spans[:n], base)
             if status == k.MAP_DONE or status == k.MAP_FULL:
                 return base + pos, value
             if status == k.NEED_SCRATCH:
@@ -298,6 +320,11 @@ class CompiledPass:
         self.checked: dict[int, int] = {}  # segment base offset -> bytes of it the map pass CRC-checked
         self.latest = np.zeros(0, np.int64)
         self.last_offsets = np.array(sorted(set(task.producer_last_offsets.values())), np.int64)
+        # segment base offset -> the batches the map pass listed that the rewrite may drop whole (_DROPPED_COLUMNS)
+        self.droppable: dict[int, list[np.ndarray]] = {}
+        self.droppable_room = task.memory_bytes // DROPPED_SHARE // (8 * len(_DROPPED_COLUMNS))  # rows
+        # segment base offset -> (file ranges the rewrite does not read, their bytes, records, keyless records)
+        self.skips: dict[int, tuple[list[tuple[int, int]], int, int, int]] = {}
 
     def __enter__(self) -> CompiledPass:
         return self
@@ -310,8 +337,8 @@ class CompiledPass:
         task, work, table = self.task, self.work, self.map.table
 
         def step(buf: np.ndarray, pos: int, avail: int, limit: int) -> tuple[int, int, int, int]:
-            return k.map_batches(buf, pos, avail, limit, task.first_dirty, task.first_uncleanable, table,
-                                 work.scratch, work.spans, work.counters)
+            return k.map_batches(buf, pos, avail, limit, task.first_dirty, task.first_uncleanable,
+                                 self.last_offsets, table, work.scratch, work.spans, work.counters)
 
         def fallback(raw: bytes, h: rb.BatchHeader) -> int | None:
             return map_batch(task, raw, h, self.map, self.aborted, self.stats)
@@ -321,7 +348,7 @@ class CompiledPass:
                 if seg.next_offset <= task.first_dirty:
                     continue
                 end, self.checked[seg.base_offset] = _Scan(task, seg, work, self.throttle, step, fallback, 0,
-                                                           None).run()
+                                                           None, listed=self._lister(seg.base_offset)).run()
                 if end is not None:
                     return end
             return task.first_uncleanable
@@ -329,6 +356,44 @@ class CompiledPass:
             self.stats.map_bytes_read += int(work.counters[k.MAP_BYTES_READ])
             self.stats.map_records += int(work.counters[k.MAP_RECORDS])
             self.latest = latest_offsets(table)
+            self._plan_skips()
+
+    def _lister(self, segment: int) -> Callable[[np.ndarray, int], None]:
+        """Keeps the droppable batches of what a map step listed in ``segment`` (while there is room)."""
+        parts = self.droppable.setdefault(segment, [])
+
+        def listed(spans: np.ndarray, base: int) -> None:
+            rows = spans[spans[:, k.SPAN_LOW] >= 0][: self.droppable_room][:, _DROPPED_COLUMNS]
+            if len(rows):
+                rows[:, 0] += base
+                parts.append(rows)
+                self.droppable_room -= len(rows)
+
+        return listed
+
+    def _plan_skips(self) -> None:
+        """The runs of batches the rewrite would drop whole, of ``SKIP_MIN_BYTES`` or more: every record of each is
+        in the mapped part and none is its key's latest (no offset of ``latest`` between its lowest and highest
+        offset), so the rewrite's kernel would read it, keep nothing and count it: the rewrite skips reading the
+        run and counts it from what the map pass listed (the map pass CRC-checked those batches)."""
+        latest, mapped_to = self.latest, self.map.latest_offset
+        for segment, parts in self.droppable.items():
+            if not parts:
+                continue
+            pos, size, low, high, count, keyless = np.concatenate(parts).T
+            i = np.searchsorted(latest, low)
+            has_latest = latest[np.minimum(i, len(latest) - 1)] <= high if len(latest) else np.zeros(len(i), bool)
+            dropped = (high <= mapped_to) & ~(has_latest & (i < len(latest)))
+            pos, size, count, keyless = pos[dropped], size[dropped], count[dropped], keyless[dropped]
+            if not len(pos):
+                continue
+            run = np.flatnonzero(np.concatenate(([True], pos[1:] != pos[:-1] + size[:-1])))  # first batch of each
+            run_bytes = np.add.reduceat(size, run)
+            long = run_bytes >= SKIP_MIN_BYTES
+            ranges = list(zip(pos[run][long].tolist(), (pos[run] + run_bytes)[long].tolist(), strict=True))
+            self.skips[segment] = (ranges, int(run_bytes[long].sum()), int(np.add.reduceat(count, run)[long].sum()),
+                                   int(np.add.reduceat(keyless, run)[long].sum()))
+        self.droppable.clear()
 
     def write_group(self, task: CleanTask, group: list[SegmentSummary], rewriter: _Rewriter, scratch: Path,
                     throttle: Throttler) -> CleanedSegment:
@@ -361,7 +426,13 @@ class CompiledPass:
 
         try:
             for seg in group:
-                _Scan(task, seg, work, throttle, step, fallback, self.checked.get(seg.base_offset, 0), on_full).run()
+                skips, skipped_bytes, skipped_records, skipped_keyless = self.skips.get(seg.base_offset, ([], 0, 0, 0))
+                counters[k.BYTES_READ] += skipped_bytes  # (the kernel would have read them and kept nothing)
+                self.stats.bytes_skipped += skipped_bytes
+                counters[k.RECORDS_READ] += skipped_records
+                counters[k.KEYLESS_REMOVED] += skipped_keyless
+                _Scan(task, seg, work, throttle, step, fallback, self.checked.get(seg.base_offset, 0), on_full,
+                      skips).run()
             out.flush(writer)
             return writer.finish()
         finally:
@@ -385,7 +456,7 @@ def warm_up() -> None:
     out = _Output(1024)
     none = np.zeros(0, np.int64)
     buf = work.chunks[0]
-    k.map_batches(buf, 0, 0, 0, 0, 0, m.table, work.scratch, work.spans, work.counters)
+    k.map_batches(buf, 0, 0, 0, 0, 0, none, m.table, work.scratch, work.spans, work.counters)
     k.rewrite_batches(buf, 0, 0, 0, 0, -1, none, 0, none, m.table, work.scratch, work.spans, out.buf, 0,
                       out.batches, work.counters)
     work.close()

@@ -48,6 +48,13 @@ WINDOW_END, FALLBACK, STRUCTURE, NEED_SCRATCH, LISTS_FULL, MAP_DONE, MAP_FULL = 
 MAP_BYTES_READ, MAP_RECORDS, BYTES_READ, RECORDS_READ, RECORDS_KEPT, TOMBSTONES_REMOVED, KEYLESS_REMOVED = range(7)
 N_COUNTERS = 7
 
+# span columns: one row per batch a call consumed (position in ``buf``, size, stored CRC); the map pass adds, for a
+# batch it wholly mapped that the rewrite would drop if none of its records is the latest of its key (a data batch
+# whose records are all at or past ``first_dirty``, not a producer's last batch), its records' lowest and highest
+# offsets, its record count and keyless records; SPAN_LOW is -1 for every other batch
+SPAN_POS, SPAN_SIZE, SPAN_CRC, SPAN_LOW, SPAN_HIGH, SPAN_COUNT, SPAN_KEYLESS = range(7)
+SPAN_COLUMNS = 7
+
 # scratch columns: one row per record of the batch at hand (positions absolute in ``buf``)
 START, END, OFFSET_DELTA, KEY_AT, KEY_LEN, HAS_VALUE, TS_DELTA, KEEP, HASH = range(9)
 SCRATCH_COLUMNS = 9
@@ -157,15 +164,27 @@ def _fits(count: int, whole: int) -> bool:
 
 @njit(cache=True, nogil=True, inline="always")
 def _list_span(spans: np.ndarray, n: int, buf: np.ndarray, pos: int, whole: int) -> None:
-    spans[n, 0] = pos
-    spans[n, 1] = whole
-    spans[n, 2] = _be(buf, pos + 17, 4) & 0xFFFFFFFF
+    spans[n, SPAN_POS] = pos
+    spans[n, SPAN_SIZE] = whole
+    spans[n, SPAN_CRC] = _be(buf, pos + 17, 4) & 0xFFFFFFFF
+    spans[n, SPAN_LOW] = -1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _producers_last(buf: np.ndarray, pos: int, last: int, last_offsets: np.ndarray) -> bool:
+    """Whether the batch at ``pos`` (its last offset ``last``) is a producer's last data batch."""
+    if _be(buf, pos + 43, 8) < 0:  # no producer id
+        return False
+    i = np.searchsorted(last_offsets, last)
+    return i < last_offsets.shape[0] and last_offsets[i] == last
 
 
 @njit(cache=True, nogil=True)
 def map_batches(buf: np.ndarray, pos: int, size: int, limit: int, first_dirty: int, first_uncleanable: int,
-                t: KeyTable, scr: np.ndarray, spans: np.ndarray, counters: np.ndarray) -> tuple[int, int, int, int]:
-    """Map pass over ``buf[pos:size]``: (status, position, spans listed, offset for MAP_DONE / MAP_FULL)."""
+                last_offsets: np.ndarray, t: KeyTable, scr: np.ndarray, spans: np.ndarray,
+                counters: np.ndarray) -> tuple[int, int, int, int]:
+    """Map pass over ``buf[pos:size]``: (status, position, spans listed, offset for MAP_DONE / MAP_FULL).
+    ``last_offsets`` as ``rewrite_batches``'s."""
     n = 0
     while pos < limit:
         if n == spans.shape[0]:
@@ -199,16 +218,28 @@ def map_batches(buf: np.ndarray, pos: int, size: int, limit: int, first_dirty: i
             if scr[i, KEY_LEN] >= 0:
                 scr[i, HASH] = table_hash(buf, scr[i, KEY_AT], scr[i, KEY_LEN])
         table_prefetch(t, scr[:, HASH], scr[:, KEY_LEN], count)  # the batch's keys' misses overlap
+        low = last
+        high = base
+        keyless = 0
         for i in range(count):
             offset = base + scr[i, OFFSET_DELTA]
+            low = min(low, offset)
+            high = max(high, offset)
             key_len = scr[i, KEY_LEN]
             if offset < first_dirty or key_len < 0:
+                if key_len < 0:
+                    keyless += 1
                 continue
             if offset >= first_uncleanable:
                 return MAP_DONE, pos, n, first_uncleanable
             if not table_put_hashed(t, buf, scr[i, KEY_AT], key_len, offset, scr[i, HASH]):
                 return MAP_FULL, pos, n, offset
             counters[MAP_RECORDS] += 1
+        if count > 0 and low >= first_dirty and not _producers_last(buf, pos - whole, last, last_offsets):
+            spans[n - 1, SPAN_LOW] = low
+            spans[n - 1, SPAN_HIGH] = high
+            spans[n - 1, SPAN_COUNT] = count
+            spans[n - 1, SPAN_KEYLESS] = keyless
     return WINDOW_END, pos, n, 0
 
 
@@ -239,10 +270,8 @@ def rewrite_batches(buf: np.ndarray, pos: int, size: int, limit: int, first_dirt
             return FALLBACK, pos, n, m, out_pos
         base = _be(buf, pos, 8)
         last = base + _be(buf, pos + 23, 4)
-        if _be(buf, pos + 43, 8) >= 0:  # a producer id: is this its last batch?
-            i = np.searchsorted(last_offsets, last)
-            if i < last_offsets.shape[0] and last_offsets[i] == last:
-                return FALLBACK, pos, n, m, out_pos
+        if _producers_last(buf, pos, last, last_offsets):
+            return FALLBACK, pos, n, m, out_pos
         count = _be(buf, pos + 57, 4)
         if not _fits(count, whole):
             return FALLBACK, pos, n, m, out_pos
