@@ -250,3 +250,36 @@ def test_a_pass_of_the_compiled_cleaner_with_a_segment_shorter_than_planned_fail
     outcomes = {s.one_way(task, compiled)[:2] for compiled in (False, True)}
     assert len(outcomes) == 1 and next(iter(outcomes))[0] == "error"
     s.log.close()
+
+
+def test_runs_of_superseded_batches_are_not_read_by_the_rewrite_and_the_pass_writes_what_the_reference_writes(
+    tmp_path: Path,
+) -> None:
+    """A log whose older half is wholly superseded (its keys all written again later), at the default skip length:
+    the compiled rewrite skips those runs unread, and still writes the reference's bytes and counts."""
+    directory = tmp_path / "t-0"
+    lg = Log.open(directory, small_config(cleanup_policy="delete", segment_bytes=256 * 1024))
+    value = b"v" * 1000
+    for round_ in range(2):
+        for i in range(0, 600, 8):  # 75 batches of 8 records (8.2 KB each) per round
+            lg.append(build_batch([RecordInput(None if (round_, i, j) == (0, 80, 0) else b"key-%d" % (i + j), value, T0)
+                                   for j in range(8)]))
+    first_round = lg.next_offset // 2
+    lg.append(build_batch([RecordInput(b"key-3", value, T0)]))  # the first batch of the first round stays
+    lg.roll()
+    lg.append(build_batch([RecordInput(b"tail", b"t", T0)]))
+    lg.update_high_watermark(lg.next_offset)
+    view = lg.cleaning_view()
+    task, _ = plan_pass(lg, view, view.cleanable(None, T0, 0), T0, memory_bytes=1 << 20)
+    ref = clean(task, compiled=False)
+    ref_files = {p.name: p.read_bytes() for p in sorted(directory.glob("*" + CLEANED_SUFFIX))}
+    for c in ref.segments:
+        discard_cleaned(directory, c.base_offset)
+    got = clean(task, compiled=True)
+    assert {p.name: p.read_bytes() for p in sorted(directory.glob("*" + CLEANED_SUFFIX))} == ref_files
+    assert (got.segments, got.end_offset) == (ref.segments, ref.end_offset)
+    assert dataclasses.replace(got.stats, seconds=0.0, bytes_skipped=0) == dataclasses.replace(ref.stats, seconds=0.0)
+    assert (ref.stats.records_kept, ref.stats.keyless_removed) == (600, 1)
+    first_round_bytes = sum(s.size for s in task.segments) * first_round // (2 * first_round + 1)
+    assert 3 * compiled_pass.SKIP_MIN_BYTES <= got.stats.bytes_skipped < first_round_bytes
+    lg.close()
