@@ -105,6 +105,8 @@ SSL_KEYS: tuple[tuple[str, str | None, str], ...] = (
     ("ssl.cipher.suites", None, "cipher suites (IANA names); unset: OpenSSL's defaults"),
     ("ssl.endpoint.identification.algorithm", "https", "check the host name of brokers connected to"),
     ("ssl.principal.mapping.rules", "DEFAULT", "rules from a client certificate's DN to a user name"),
+    ("ssl.allow.dn.changes", "false", "a replaced key store may change the certificate's subject"),
+    ("ssl.allow.san.changes", "false", "a replaced key store may change the certificate's alternative names"),
 )
 SSL_IGNORED_KEYS = ("ssl.keymanager.algorithm", "ssl.trustmanager.algorithm", "ssl.secure.random.implementation",
                     "ssl.provider", "ssl.engine.factory.class", "ssl.keystore.alias")

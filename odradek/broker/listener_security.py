@@ -4,7 +4,8 @@ Per listener (``listener.security.protocol.map``), with ``listener.name.<listene
 keys as Kafka reads them:
 
 - PLAINTEXT: nothing; every connection is User:ANONYMOUS.
-- SSL: a server ``SSLContext`` (``security/tls.py``: the ``ssl.*`` keys) and the principal of a client certificate
+- SSL: a server ``SSLContext`` (``security/tls.py``: the ``ssl.*`` keys; new connections follow the key store and
+  trust store files when they are replaced, ``ReloadingServerContext``) and the principal of a client certificate
   (``security/principal.py``: ``ssl.principal.mapping.rules``; ANONYMOUS without one).
 - SASL_PLAINTEXT, SASL_SSL: ``SaslSettings`` (``broker/authentication.py``) for ``sasl.enabled.mechanisms``; PLAIN's
   users come from the listener's JAAS line (``listener.name.<l>.plain.sasl.jaas.config``, else
@@ -29,7 +30,7 @@ from odradek.protocol.sasl import PLAIN, PlainClient, SaslClient, SaslServer, Sc
 from odradek.security.jaas import JaasConfigError, client_credentials, parse_jaas_config, plain_users
 from odradek.security.principal import PrincipalMappingError, SslPrincipalMapper
 from odradek.security.scram import ScramCredential
-from odradek.security.tls import SslConfigError, TlsSettings, client_context, load_tls_settings, server_context
+from odradek.security.tls import ReloadingServerContext, SslConfigError, TlsSettings, client_context, load_tls_settings
 
 ScramLookup = Callable[[str, str], ScramCredential | None]  # (mechanism, user) -> credential
 
@@ -40,6 +41,7 @@ class ListenerSecurity:
     tls: ssl.SSLContext | None = None
     sasl: SaslSettings | None = None
     mapper: SslPrincipalMapper | None = None
+    reloading: ReloadingServerContext | None = None  # ``tls``'s: new connections follow the store files
 
     def tls_principal(self, ssl_object: Any) -> str | None:
         """The user name of an SSL connection's client certificate (None: no certificate, ANONYMOUS).
@@ -93,18 +95,22 @@ def inter_broker_security(config: BrokerConfig) -> ClientSecurity:
     return ClientSecurity(tls, mechanism, new_client)
 
 
-def _tls_settings(config: BrokerConfig, name: str) -> TlsSettings:
+def _tls_keys(config: BrokerConfig, name: str) -> dict[str, str | None]:
     keys = {key: config.listener_value(name, key) for key, _, _ in SSL_KEYS}
     ignored = {key: config.listener_value(name, key) for key in SSL_IGNORED_KEYS}
-    return load_tls_settings({**keys, **{k: v for k, v in ignored.items() if v is not None}})
+    return {**keys, **{k: v for k, v in ignored.items() if v is not None}}
+
+
+def _tls_settings(config: BrokerConfig, name: str) -> TlsSettings:
+    return load_tls_settings(_tls_keys(config, name))
 
 
 def _one(config: BrokerConfig, name: str, protocol: str, scram: ScramLookup | None) -> ListenerSecurity:
-    tls: ssl.SSLContext | None = None
+    reloading: ReloadingServerContext | None = None
     mapper: SslPrincipalMapper | None = None
     if protocol in ("SSL", "SASL_SSL"):
         try:
-            tls = server_context(_tls_settings(config, name))
+            reloading = ReloadingServerContext(_tls_keys(config, name), f"listener {name}")
         except SslConfigError as e:
             raise ConfigError(f"listener {name}: {e}") from None
         if protocol == "SSL":
@@ -113,7 +119,7 @@ def _one(config: BrokerConfig, name: str, protocol: str, scram: ScramLookup | No
             except PrincipalMappingError as e:
                 raise ConfigError(f"listener {name}: ssl.principal.mapping.rules: {e}") from None
     sasl = _sasl(config, name, scram) if protocol.startswith("SASL_") else None
-    return ListenerSecurity(protocol, tls, sasl, mapper)
+    return ListenerSecurity(protocol, reloading.context if reloading else None, sasl, mapper, reloading)
 
 
 def _mechanisms(config: BrokerConfig, name: str) -> tuple[str, ...]:

@@ -48,6 +48,7 @@ from odradek.broker.listener_security import ListenerSecurity, listener_security
 from odradek.broker.throttle import DELAY_UNTIL, MUTED_UNTIL, Timed, charge_loop_time
 from odradek.protocol.frame import SIZE, FrameError, RequestHeader, frame_size, peek_header
 from odradek.security.principal import NoMatchingRule
+from odradek.security.tls import ReloadingServerContext
 from odradek.storage.segment import FileRegion
 
 if TYPE_CHECKING:
@@ -85,6 +86,10 @@ class Server:
             from odradek.http.listener import HttpServer
 
             self.http = HttpServer(broker, self.security)
+        self._tls_files: list[ReloadingServerContext] = [
+            s.reloading for s in self.security.values() if s.reloading is not None]
+        if self.http is not None and self.http.reloading is not None:
+            self._tls_files.append(self.http.reloading)
 
     async def start(self) -> None:
         self.broker.start()
@@ -189,6 +194,16 @@ class Server:
                 await asyncio.to_thread(self.broker.tick)
             except Exception:
                 log.exception("periodic log maintenance failed")
+            if self._tls_files:
+                try:
+                    await asyncio.to_thread(self._check_tls_files)
+                except Exception:
+                    log.exception("checking the key store and trust store files failed")
+
+    def _check_tls_files(self) -> None:
+        """New TLS connections follow replaced key store and trust store files (a stat per file per tick)."""
+        for reloading in self._tls_files:
+            reloading.check()
 
     async def _load_coordinators(self, groups: list[int], txns: list[int]) -> None:
         """Groups first (transaction markers settle their pending offsets), then transactional ids."""

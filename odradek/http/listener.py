@@ -16,7 +16,6 @@ Invariants:
 from __future__ import annotations
 
 import logging
-import ssl
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -25,7 +24,7 @@ from odradek.broker.config import SSL_IGNORED_KEYS, SSL_KEYS, BrokerConfig, Conf
 from odradek.broker.listener_security import ListenerSecurity
 from odradek.http.app import build_app
 from odradek.http.auth import BasicAuth
-from odradek.security.tls import SslConfigError, load_tls_settings, server_context
+from odradek.security.tls import ReloadingServerContext, SslConfigError
 
 if TYPE_CHECKING:
     from odradek.broker.broker import Broker
@@ -40,7 +39,8 @@ class HttpServer:
         self.broker = broker
         config = broker.config
         self.listeners: list[HttpListener] = list(config.http_listeners)
-        self.tls = tls_context(config) if any(h.scheme == "https" for h in self.listeners) else None
+        self.reloading = tls_context(config) if any(h.scheme == "https" for h in self.listeners) else None
+        self.tls = self.reloading.context if self.reloading is not None else None
         sasl = [s.sasl for s in security.values() if s.sasl is not None]
         self.auth = BasicAuth(sasl, int(config.values["connection.failed.authentication.delay.ms"])) if sasl else None
         self.urls: list[str] = []  # bound addresses, in http.listeners order (set by start)
@@ -89,8 +89,9 @@ class HttpServer:
             await runner.cleanup()
 
 
-def tls_context(config: BrokerConfig) -> ssl.SSLContext:
-    """The server ``SSLContext`` of the https listeners (see the module); ``ConfigError`` when it cannot be made."""
+def tls_context(config: BrokerConfig) -> ReloadingServerContext:
+    """The server side of the https listeners (see the module; new connections follow the store files when they are
+    replaced); ``ConfigError`` when it cannot be made."""
     tls_listener = next((lst.name for lst in config.listeners if lst.security_protocol in ("SSL", "SASL_SSL")), None)
 
     def value(key: str) -> str | None:
@@ -100,7 +101,7 @@ def tls_context(config: BrokerConfig) -> ssl.SSLContext:
     keys.update({key: v for key in SSL_IGNORED_KEYS if (v := value(key)) is not None})
     where = f"the TLS settings of listener {tls_listener}" if tls_listener else "the ssl.* keys"
     try:
-        return server_context(load_tls_settings(keys))
+        return ReloadingServerContext(keys, "https listeners")
     except SslConfigError as e:
         raise ConfigError(f"http.listeners has an https listener, but {where} do not make a TLS server: {e}") from None
 

@@ -4,7 +4,8 @@ Pure: no sockets, no asyncio. The broker hands :func:`load_tls_settings` one lis
 overrides already applied) and gets a validated, frozen :class:`TlsSettings`; :func:`server_context` and
 :func:`client_context` turn that into ``ssl.SSLContext`` objects for the listener's server side and for
 connections this broker opens (inter-broker, tests). :func:`reload_if_changed` gives fresh settings when a key store
-or trust store file changed on disk (Kafka's dynamic keystore update, without the admin call).
+or trust store file changed on disk (Kafka's dynamic keystore update, without the admin call), and
+:class:`ReloadingServerContext` is a listener's server side that new connections see follow those files.
 
 Key stores (``ssl.keystore.type``): PEM (a file with the private key and the certificate chain, or the inline
 ``ssl.keystore.key`` and ``ssl.keystore.certificate.chain``) and PKCS12. Kafka's default type JKS is Java's own
@@ -100,8 +101,10 @@ IGNORED_KEYS = frozenset(
     }
 )
 
-#: ``ssl.*`` keys read elsewhere (odradek.security.principal, the dynamic-config code); not reported as unknown.
-OTHER_KNOWN_KEYS = frozenset({"ssl.principal.mapping.rules", "ssl.allow.dn.changes", "ssl.allow.san.changes"})
+ALLOW_DN_CHANGES = "ssl.allow.dn.changes"  # (read by ReloadingServerContext)
+ALLOW_SAN_CHANGES = "ssl.allow.san.changes"
+#: ``ssl.*`` keys read elsewhere (odradek.security.principal, ReloadingServerContext); not reported as unknown.
+OTHER_KNOWN_KEYS = frozenset({"ssl.principal.mapping.rules", ALLOW_DN_CHANGES, ALLOW_SAN_CHANGES})
 
 _PROTOCOL_VERSIONS: Mapping[str, ssl.TLSVersion] = {
     "TLSv1": ssl.TLSVersion.TLSv1,
@@ -188,6 +191,7 @@ class FileStamp:
     path: str
     mtime_ns: int
     size: int
+    inode: int = 0  # (a file replaced by a rename with an older time and the same size is still a change)
 
 
 @dataclass(frozen=True)
@@ -304,7 +308,7 @@ def _read_file(key: str, path: str, files: list[FileStamp]) -> bytes:
             from None
     except OSError as e:
         raise SslConfigError(key, f"file {path} cannot be read ({e.strerror})") from None
-    files.append(FileStamp(key, path, st.st_mtime_ns, st.st_size))
+    files.append(FileStamp(key, path, st.st_mtime_ns, st.st_size, st.st_ino))
     return data
 
 
@@ -670,16 +674,22 @@ def _load_keystore_into(ctx: ssl.SSLContext, keystore: KeyStore) -> None:
 # Reload
 
 
-def files_changed(settings: TlsSettings) -> bool:
-    """True if a key store or trust store file read for ``settings`` changed (mtime or size) or vanished."""
+def _file_states(settings: TlsSettings) -> tuple[tuple[int, int, int] | None, ...]:
+    """(mtime, size, inode) of each store file read for ``settings`` as it is now, None for one that is gone."""
+    states: list[tuple[int, int, int] | None] = []
     for stamp in settings.files:
         try:
             st = os.stat(stamp.path)
         except OSError:
-            return True
-        if (st.st_mtime_ns, st.st_size) != (stamp.mtime_ns, stamp.size):
-            return True
-    return False
+            states.append(None)
+        else:
+            states.append((st.st_mtime_ns, st.st_size, st.st_ino))
+    return tuple(states)
+
+
+def files_changed(settings: TlsSettings) -> bool:
+    """True if a key store or trust store file read for ``settings`` changed (mtime, size or inode) or vanished."""
+    return _file_states(settings) != tuple((s.mtime_ns, s.size, s.inode) for s in settings.files)
 
 
 def reload_if_changed(config: Mapping[str, str | None], current: TlsSettings) -> TlsSettings | None:
@@ -692,3 +702,84 @@ def reload_if_changed(config: Mapping[str, str | None], current: TlsSettings) ->
     if not files_changed(current):
         return None
     return load_tls_settings(config)
+
+
+class ReloadingServerContext:
+    """A TLS listener's server side that follows its key store and trust store files: replace the files (a renewed
+    certificate, a new CA) and new connections use them, without a restart (Kafka's dynamic keystore update).
+
+    ``context`` is built once and handed to the listener for good. Its SNI callback, which OpenSSL calls for every
+    ClientHello whether or not it names a server, switches each new connection to the newest context ``check``
+    built; open connections keep the certificates they were set up with, as in Kafka. A changed file that does not
+    load (half written, a wrong password, a key not matching its certificate) or whose certificate changes the
+    subject or the alternative names of the one served (refused as Kafka refuses them, unless
+    ``ssl.allow.dn.changes`` / ``ssl.allow.san.changes``) is logged once per change, and the stores already loaded
+    go on serving. ``check`` only stats the files until one changes (call it often)."""
+
+    def __init__(self, config: Mapping[str, str | None], name: str) -> None:
+        self.name = name
+        self._config = dict(config)
+        self._allow_dn_changes = _flag(config, ALLOW_DN_CHANGES)
+        self._allow_san_changes = _flag(config, ALLOW_SAN_CHANGES)
+        self._settings = load_tls_settings(self._config)
+        self.context = server_context(self._settings)
+        self._current = self.context
+        self._refused: tuple[tuple[int, int, int] | None, ...] | None = None
+        self.context.sni_callback = self._switch
+
+    def _switch(self, ssl_object: ssl.SSLObject | ssl.SSLSocket, server_name: str | None,
+                context: ssl.SSLContext) -> None:
+        current = self._current
+        if current is not context:
+            ssl_object.context = current
+
+    def check(self) -> bool:
+        """Reload the stores if a file changed; True if new connections now get the new ones."""
+        try:
+            fresh = reload_if_changed(self._config, self._settings)
+            if fresh is None:
+                return False
+            self._same_identity(fresh)
+            context = server_context(fresh)
+        except SslConfigError as e:
+            states = _file_states(self._settings)
+            if states != self._refused:
+                self._refused = states
+                log.warning("%s: a changed key store or trust store could not be loaded, the ones loaded before go "
+                            "on serving: %s", self.name, e)
+            return False
+        self._settings, self._current, self._refused = fresh, context, None
+        log.info("%s: key store and trust store reloaded (%s); new connections use them, open ones keep theirs",
+                 self.name, ", ".join(f"{f.key}={f.path}" for f in fresh.files))
+        return True
+
+    def _same_identity(self, fresh: TlsSettings) -> None:
+        """As Kafka checks a new key store: its certificate keeps the subject and the alternative names of the one
+        served, unless ``ssl.allow.dn.changes`` / ``ssl.allow.san.changes``."""
+        old, new = self._settings.keystore, fresh.keystore
+        if old is None or new is None:
+            return
+        was, now = old.chain[0], new.chain[0]
+        if not self._allow_dn_changes and was.subject != now.subject:
+            raise SslConfigError(KEYSTORE_LOCATION, f"the new certificate's subject {now.subject.rfc4514_string()} is "
+                                 f"not the served one's ({was.subject.rfc4514_string()}): set {ALLOW_DN_CHANGES}=true "
+                                 "to allow it")
+        if not self._allow_san_changes and _alt_names(was) != _alt_names(now):
+            raise SslConfigError(KEYSTORE_LOCATION, f"the new certificate's alternative names "
+                                 f"{sorted(_alt_names(now))} are not the served one's ({sorted(_alt_names(was))}): "
+                                 f"set {ALLOW_SAN_CHANGES}=true to allow it")
+
+
+def _flag(config: Mapping[str, str | None], key: str) -> bool:
+    raw = (config.get(key) or "false").strip().lower()
+    if raw not in ("true", "false"):
+        raise SslConfigError(key, f"is {raw!r}: use true or false")
+    return raw == "true"
+
+
+def _alt_names(cert: x509.Certificate) -> frozenset[str]:
+    try:
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return frozenset()
+    return frozenset(f"{type(n).__name__}:{n.value}" for n in names)

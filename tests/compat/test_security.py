@@ -9,6 +9,7 @@ authenticated as from the broker's log. Certificates are made by ``tests/securit
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import ssl
 import time
@@ -17,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from cryptography import x509
 
 from tests.broker import inprocess
 from tests.compat.secure_clients import CLIENTS, Security, consume, produce, roundtrip
@@ -205,3 +207,56 @@ def test_tls_consumers_read_the_same_bytes_as_plaintext_ones_from_any_offset(nod
             assert consume(client, bootstrap(node, "PLAINTEXT"), plain, topic, 3000 - start, start=start) == \
                 values[start:]  # moves the segment's file position
             assert consume(client, bootstrap(node, "SSL"), tls, topic, 3000 - start, start=start) == values[start:]
+
+
+def test_a_replaced_key_store_is_served_to_new_connections_without_a_restart(setup: Setup, tmp_path: Path) -> None:
+    """Certificate rotation: the broker's PEM key store file is replaced by one from another CA; new connections
+    get the new certificate within a few ticks (log.flush.scheduler.interval.ms), a client trusting only the new
+    CA produces and consumes, and a connection opened before goes on being served."""
+    old = setup.ca
+    new_ca = certs.make_ca("Renewed CA")
+    keystore = certs.write_keystore_pem(tmp_path / "server.pem", certs.issue(old, "localhost"), b"pw")
+    both = certs.write_cert_pem(tmp_path / "both.pem", old, new_ca)
+    props = {"listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0", "ssl.keystore.type": "PEM",
+             "ssl.keystore.location": str(keystore), "ssl.key.password": "pw", "log.flush.scheduler.interval.ms": "200"}
+    b = inprocess.InProcessBroker(tmp_path / "data", props)
+    try:
+        port = b.server.ports["SSL"]
+        to_both = ssl.create_default_context(cafile=str(both))
+
+        def served() -> x509.Certificate:
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
+                    to_both.wrap_socket(raw, server_hostname="localhost") as s:
+                return x509.load_der_x509_certificate(s.getpeercert(binary_form=True))
+
+        assert served().issuer == old.cert.subject
+        before = to_both.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=10),
+                                     server_hostname="localhost")
+        fresh = tmp_path / "server.pem.new"
+        certs.write_keystore_pem(fresh, certs.issue(new_ca, "localhost"), b"pw")
+        os.replace(fresh, keystore)
+        deadline = time.monotonic() + 15
+        while served().issuer != new_ca.cert.subject:
+            assert time.monotonic() < deadline, "the broker still serves the replaced certificate"
+            time.sleep(0.1)
+        only_new = Security("SSL", cafile=certs.write_cert_pem(tmp_path / "new-ca.pem", new_ca))
+        values = [b"after the rotation"]
+        assert roundtrip("confluent", f"localhost:{port}", only_new, "rotated", values) == values
+        before.sendall(API_VERSIONS_V0)  # the connection from before the rotation is still served
+        size = int.from_bytes(_read_exactly(before, 4), "big")
+        assert int.from_bytes(_read_exactly(before, size)[:4], "big") == 7  # its correlation id
+        before.close()
+    finally:
+        b.close()
+
+
+API_VERSIONS_V0 = b"\x00\x00\x00\x0a\x00\x12\x00\x00\x00\x00\x00\x07\xff\xff"  # ApiVersions v0, correlation id 7
+
+
+def _read_exactly(s: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = s.recv(n - len(data))
+        assert chunk, "the connection was closed"
+        data += chunk
+    return data

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import ssl
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -446,3 +448,82 @@ def test_reload_when_the_key_store_changes(m: Material, tmp_path: Path) -> None:
     path.write_bytes(b"garbage")
     with pytest.raises(SslConfigError):
         tls.reload_if_changed(config, second)
+
+
+def _replaced(path: Path, write: Callable[[Path], object]) -> None:
+    """``path`` replaced as an operator rotating a store does: written beside it, then renamed over it."""
+    fresh = path.with_name(path.name + ".new")
+    write(fresh)
+    os.replace(fresh, path)
+
+
+@pytest.mark.parametrize("server_name", ["localhost", None])  # a client connecting by address sends no SNI
+def test_a_reloading_listener_context_hands_new_connections_the_replaced_stores(
+    m: Material, tmp_path: Path, caplog: pytest.LogCaptureFixture, server_name: str | None,
+) -> None:
+    path = certs.write_keystore_pem(tmp_path / "rotating.pem", m.server, PW.encode())
+    trust = certs.write_cert_pem(tmp_path / "trust.pem", m.ca)
+    config: dict[str, str | None] = {"ssl.keystore.type": "PEM", "ssl.keystore.location": str(path),
+                                     "ssl.key.password": PW, "ssl.truststore.type": "PEM",
+                                     "ssl.truststore.location": str(trust), "ssl.client.auth": "required"}
+    reloading = tls.ReloadingServerContext(config, "listener SSL")
+    alice = certs.issue(m.other_ca, "alice", client=True, server=False, sans=())
+    to_both = client({"ssl.truststore.type": "PEM",
+                      "ssl.truststore.location": str(certs.write_cert_pem(tmp_path / "both.pem", m.ca, m.other_ca)),
+                      "ssl.keystore.type": "PEM",
+                      "ssl.keystore.location": str(certs.write_keystore_pem(tmp_path / "alice.pem", alice))})
+    to_both.check_hostname = server_name is not None
+
+    def served() -> bytes | None:
+        return handshake(reloading.context, to_both, server_name).client.getpeercert(binary_form=True)
+
+    with pytest.raises(ssl.SSLError):  # alice's CA is not trusted yet
+        served()
+    assert not reloading.check()  # nothing changed
+    before = handshake(reloading.context, client(m.client_config(with_cert=True)), "localhost")  # open across it
+    renewed = certs.issue(m.other_ca, "localhost")
+    _replaced(path, lambda p: certs.write_keystore_pem(p, renewed, PW.encode()))
+    _replaced(trust, lambda p: certs.write_cert_pem(p, m.other_ca))
+    caplog.set_level(logging.INFO, logger="odradek.security.tls")
+    assert reloading.check()
+    assert served() == renewed.der  # the new key store, and the new trust store accepts alice
+    assert "reloaded" in caplog.text and "listener SSL" in caplog.text
+    assert before.client.getpeercert(binary_form=True) == m.server.der  # an open connection keeps its own
+    caplog.clear()
+    _replaced(path, lambda p: p.write_bytes(b"-----BEGIN half written"))  # logged once; the last good one serves
+    assert not reloading.check() and not reloading.check()
+    assert [r.levelname for r in caplog.records] == ["WARNING"] and "could not be loaded" in caplog.text
+    assert PW not in caplog.text
+    assert served() == renewed.der
+    _replaced(path, lambda p: certs.write_keystore_pem(p, m.server, PW.encode()))
+    assert reloading.check()
+    assert served() == m.server.der
+
+
+@pytest.mark.parametrize(("renewal", "allowed_by"), [
+    ({"name": "elsewhere"}, "ssl.allow.dn.changes"),
+    ({"name": "localhost", "sans": ("localhost", "127.0.0.1", "broker-1.example")}, "ssl.allow.san.changes"),
+])
+def test_a_replaced_key_store_must_keep_the_certificates_identity_unless_allowed(
+    m: Material, tmp_path: Path, caplog: pytest.LogCaptureFixture, renewal: dict[str, Any], allowed_by: str,
+) -> None:
+    for allowed in (False, True):
+        path = certs.write_keystore_pem(tmp_path / f"{allowed}.pem", m.server)
+        config: dict[str, str | None] = {"ssl.keystore.type": "PEM", "ssl.keystore.location": str(path),
+                                         allowed_by: "true" if allowed else None}
+        reloading = tls.ReloadingServerContext(config, "listener SSL")
+        renewed = certs.issue(m.ca, renewal["name"], sans=renewal.get("sans", ("localhost", "127.0.0.1")))
+        _replaced(path, lambda p, renewed=renewed: certs.write_keystore_pem(p, renewed))
+        caplog.clear()
+        assert reloading.check() is allowed
+        if not allowed:
+            assert allowed_by + "=true" in caplog.text
+        to_any = client({"ssl.truststore.type": "PEM", "ssl.truststore.location": str(m.ca_pem)})
+        to_any.check_hostname = False
+        served = handshake(reloading.context, to_any, None).client.getpeercert(binary_form=True)
+        assert served == (renewed.der if allowed else m.server.der)
+
+
+def test_the_identity_flags_are_true_or_false(m: Material) -> None:
+    with pytest.raises(SslConfigError, match=r"ssl\.allow\.dn\.changes"):
+        tls.ReloadingServerContext(m.server_config(**{"ssl.allow.dn.changes": "maybe"}), "listener SSL")
