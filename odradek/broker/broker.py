@@ -36,7 +36,7 @@ from odradek.broker.producer_ids import ProducerIdAllocator, ZkProducerIdAllocat
 from odradek.broker.txn_runtime import TXN_STATE_TOPIC, TxnRuntime
 from odradek.clock import SYSTEM_CLOCK, Clock
 from odradek.cluster.metadata import Topic, TopicRegistry, check_meta_properties
-from odradek.cluster.zk.layout import quota_entity_from_path, quota_entity_path
+from odradek.cluster.zk.layout import ZkError, quota_entity_from_path, quota_entity_path
 from odradek.metrics.broker_metrics import BrokerMetrics
 from odradek.protocol.errors import (
     CoordinatorNotAvailableError,
@@ -374,6 +374,19 @@ class Broker:
     def _log_defaults_with(self, layers: tuple[dict[str, str], dict[str, str]]) -> LogConfig:
         return default_log_config(self.broker_values(layers))
 
+
+    async def stored_topic_configs(self, name: str, cached: dict[str, str]) -> dict[str, str]:
+        """A topic's overrides as they are stored now: in a cluster, read from ZooKeeper (what an AlterConfigs
+        just wrote, before this broker's change notification arrives: Kafka's DescribeConfigs reads them there
+        too); ``cached`` on a single node, or when ZooKeeper does not answer."""
+        cluster = self.cluster
+        if cluster is None or cluster.zk is None:
+            return cached
+        try:
+            return await asyncio.to_thread(cluster.zk.get_config, "topics", name)
+        except ZkError as e:
+            log.info("topic %s: its configs are described as this broker last learned them (%s)", name, e)
+            return cached
     def alter_broker_configs(self, entity: str, configs: dict[str, str], *, validate_only: bool = False) -> None:
         """Replace the dynamic configs of ``entity`` and apply the new defaults to every log.
 

@@ -15,6 +15,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions
 
+from odradek.protocol import apis
 from tests.broker.wire import Conn, batch, ensure_topic, request_frame
 from tests.cluster.brokers import Cluster, running_cluster, wait_until
 from tests.compat.test_quotas import configs
@@ -63,6 +64,27 @@ def test_topic_config_change_reaches_every_broker(cluster: Cluster) -> None:
             return got["retention.ms"].value == "123456"
 
         wait_until(value, what=f"broker {b.broker_id} to see retention.ms=123456")
+
+
+def test_a_topic_config_altered_through_one_broker_is_described_at_once_by_every_broker(cluster: Cluster) -> None:
+    """Kafka's DescribeConfigs reads a topic's overrides from ZooKeeper: no broker answers with the value it had
+    before its change notification arrived (what ``kafka-reassign-partitions --verify`` and scripts rely on)."""
+    topic = _topic()
+    cluster.create_topic(topic, partitions=1, replication_factor=1)
+    brokers = list(cluster.each())
+    admin = cluster.admin()
+    for i in range(6):
+        value = str(100_000 + i)
+        res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+            ConfigEntry("retention.ms", value, incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([res])[res].result(timeout=30)
+        for b in brokers:  # each asked on its own connection, at once
+            with Conn(b.address) as conn:
+                response = conn.request(apis.DESCRIBE_CONFIGS, 1, {"resources": [
+                    {"resource_type": 2, "resource_name": topic, "configuration_keys": ["retention.ms"]}],
+                    "include_synonyms": False})
+            (got,) = [c.value for c in response.results[0].configs]
+            assert got == value, f"broker {b.broker_id} described retention.ms={got} right after it was set to {value}"
 
 
 def test_client_quota_set_on_one_broker_applies_on_every_broker(cluster: Cluster) -> None:

@@ -7,7 +7,8 @@ defaults, Kafka's ``--entity-default``). ``BROKER_LOGGER`` (8) and every other t
 
 What a topic's configs are:
 - the topic keys ``LogConfig`` knows (``TOPIC_KEYS``), each with its effective value
-  (``Broker.topic_log_config``): the topic's override if it has one, else the dynamic per-broker
+  (``Broker.topic_log_config``): the topic's override if it has one (in a cluster as ZooKeeper holds it
+  now, as Kafka reads it: a describe right after an alter sees it on every broker), else the dynamic per-broker
   config, else the dynamic cluster default, else ``server.properties``, else ``LogConfig``'s own;
 - ``config_source`` is ``DYNAMIC_TOPIC_CONFIG`` for an override, ``DYNAMIC_BROKER_CONFIG`` /
   ``DYNAMIC_DEFAULT_BROKER_CONFIG`` for a dynamic broker value, ``STATIC_BROKER_CONFIG`` when
@@ -335,8 +336,9 @@ def _unsupported_type(resource_type: int) -> _InvalidRequest:
     return _InvalidRequest(f"resource type {resource_type} is not supported: use TOPIC (2) or BROKER (4)")
 
 
-def _describe_one(ctx: RequestContext, resource: Any, include_synonyms: bool, include_documentation: bool
-                  ) -> dict[str, Any]:
+def _describe_one(ctx: RequestContext, resource: Any, include_synonyms: bool, include_documentation: bool,
+                  stored: dict[str, str] | None) -> dict[str, Any]:
+    """``stored``: a topic's overrides as stored now (``Broker.stored_topic_configs``), None for other resources."""
     b = ctx.broker
     result: dict[str, Any] = {"resource_type": resource.resource_type, "resource_name": resource.resource_name,
                               "error_code": ErrorCode.NONE, "error_message": None, "configs": []}
@@ -349,7 +351,7 @@ def _describe_one(ctx: RequestContext, resource: Any, include_synonyms: bool, in
         if resource.resource_type == TOPIC:
             topic = _topic_or_error(b, resource.resource_name)
             result["configs"] = topic_config_entries(
-                b, topic.configs, keys=keys, include_synonyms=include_synonyms,
+                b, topic.configs if stored is None else stored, keys=keys, include_synonyms=include_synonyms,
                 include_documentation=include_documentation)
         elif resource.resource_type == BROKER:
             _check_broker_name(b, resource.resource_name)
@@ -366,7 +368,11 @@ def _describe_one(ctx: RequestContext, resource: Any, include_synonyms: bool, in
 async def handle_describe_configs(ctx: RequestContext, request: Any) -> dict[str, Any]:
     include_synonyms = bool(getattr(request, "include_synonyms", False))
     include_documentation = bool(getattr(request, "include_documentation", False))
-    results = [_describe_one(ctx, r, include_synonyms, include_documentation) for r in request.resources]
+    results = []
+    for r in request.resources:
+        topic = ctx.broker.registry.get(r.resource_name) if r.resource_type == TOPIC else None
+        stored = None if topic is None else await ctx.broker.stored_topic_configs(r.resource_name, topic.configs)
+        results.append(_describe_one(ctx, r, include_synonyms, include_documentation, stored))
     return {"throttle_time": 0, "results": results}
 
 
