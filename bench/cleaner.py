@@ -2,7 +2,7 @@
 
 Run (from the repository root)::
 
-    python -m bench.cleaner            # full (~6 min once the machine is free)
+    python -m bench.cleaner            # full (~1-6 min once the machine is free)
     python -m bench.cleaner --quick    # smoke test (~1.5 min)
 
 What is measured:

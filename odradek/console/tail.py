@@ -11,8 +11,10 @@ In a cluster a partition led by another broker is followed by a task of its own:
 leader (``LONG_POLL_MS`` a request, at most ``peers.FETCH_MAX_BYTES``, read_uncommitted as the local tail), from the
 leader's high watermark when the tail starts; its records are decoded by ``messages.scan``, the browser's scanner.
 Its requests go through a connection pool of the tail's own, closed when the tail ends, so they never delay a page's
-requests; a leader that moves is followed to its new broker; one that does not answer ends the tail with a
-``failure`` event. What this broker leads stays woken by its own notifications (single node: everything).
+requests; a leader that moves is followed to its new broker (to this one: the partition is then read from the local
+log, woken by this broker's notifications), waiting up to ``LEADER_MOVE_S`` for the news of a move after a refused
+Fetch; one that does not answer and does not move ends the tail with a ``failure`` event. What this broker leads
+stays woken by its own notifications (single node: everything).
 
 Invariants:
 - one event per record (``data:`` a JSON object: partition, offset, timestamp, key, value, headers, shown in
@@ -50,6 +52,7 @@ if TYPE_CHECKING:
 BATCH = 200
 KEEPALIVE_S = 10.0
 LONG_POLL_MS = 500  # a remote partition's Fetch waits this long for data; also how soon a gone client is noticed
+LEADER_MOVE_S = 5.0  # a remote partition's leader that failed a Fetch: how long to wait for news of a new one
 
 
 def event(m: Message, fmt: str) -> bytes:
@@ -168,6 +171,21 @@ async def _follow_local(
         await _fail(send, e.message)
 
 
+async def _moved_leader(peers: Peers, topic: str, p: int, old: int) -> int | None:
+    """The partition's leader if it is no longer ``old``, waiting up to ``LEADER_MOVE_S`` for this broker's
+    metadata to learn of a move (the old leader may refuse a Fetch before the news arrives here); None if it is
+    still ``old`` (or unknown) then."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + LEADER_MOVE_S
+    while True:
+        now = peers.leader(topic, p)
+        if now is not None and now != old:
+            return now
+        if loop.time() >= deadline:
+            return None
+        await asyncio.sleep(0.1)
+
+
 def _gone(request: web.Request) -> bool:
     transport = request.transport
     return transport is None or transport.is_closing()
@@ -192,8 +210,11 @@ async def _follow_remote(
             try:
                 f = await peers.fetch(leader, topic, p, offset, max_wait_ms=LONG_POLL_MS, pool=pool)
             except PeerError as e:
-                moved = peers.leader(topic, p)
-                if moved is not None and moved != leader and moved != b.node_id:
+                moved = await _moved_leader(peers, topic, p, leader)
+                if moved == b.node_id:  # leadership moved here: read the local log from where the tail is
+                    await _follow_local(b, topic, {p: offset}, fmt, send)
+                    return
+                if moved is not None:
                     leader = moved  # leadership moved: follow it to the new leader
                     continue
                 await _fail(send, e.message)

@@ -13,6 +13,8 @@ import urllib.request
 
 import pytest
 from confluent_kafka import Producer
+from kafka import KafkaAdminClient
+from kafka import TopicPartition as KTopicPartition
 
 from tests.cluster.brokers import Cluster, ClusterBroker, http_url, running_http_cluster, wait_until
 from tests.cluster.zk_process import zookeeper as zookeeper
@@ -188,3 +190,51 @@ def test_tail_of_a_partition_led_elsewhere(cluster: Cluster, leaders: dict[int, 
     assert events, f"no event from broker {b.broker_id}'s tail of partition {p} (led by {leaders[p]})"
     assert events[0]["partition"] == p and events[0]["offset"] == RECORDS
     assert events[0]["key"] == "tail-key" and events[0]["value"] == "tail-value"
+
+
+def test_a_tail_goes_on_when_the_partition_it_follows_comes_to_be_led_by_its_broker(cluster: Cluster) -> None:
+    """The tail of a partition led elsewhere, on a broker holding a replica of it: a reassignment leaves that broker
+    the only replica (the leader's goes: its Fetch is refused), and the tail goes on from the local log, no
+    failure, no record lost. (While the old leader keeps a replica, it serves the tail's Fetch as a follower.)"""
+    topic = "console-tail-moves"
+    cluster.create_topic(topic, partitions=1, replication_factor=2)
+    first = cluster.leader(topic)
+    (here,) = [r for r in cluster.partitions(topic)[0].replicas if r != first]
+    b = cluster.brokers[here]
+    lines: list[str] = []
+    opened = threading.Event()
+
+    def follow() -> None:
+        with urllib.request.urlopen(f"{http_url(b)}/api/topics/{topic}/tail?partition=0", timeout=60) as r:
+            for raw in r:
+                line = raw.decode().strip()
+                lines.append(line)
+                if line.startswith(": tailing"):
+                    opened.set()
+                if line.startswith("event: failure") or sum(x.startswith("data: ") for x in lines) == 2:
+                    return
+
+    t = threading.Thread(target=follow, daemon=True)
+    t.start()
+    assert opened.wait(30)
+    time.sleep(1)  # the tail has asked the leader for its end and is long-polling from there
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    producer.produce(topic, value=b"led elsewhere", partition=0)
+    assert producer.flush(30) == 0
+    wait_until(lambda: any(x.startswith("data: ") for x in lines), what="the first record on the tail")
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=20000)
+    try:
+        tp = KTopicPartition(topic, 0)
+        assert admin.alter_partition_reassignments({tp: [here]}) == {tp: None}
+    finally:
+        admin.close()
+    wait_until(lambda: list(cluster.partitions(topic)[0].replicas) == [here] and cluster.leader(topic) == here,
+               what=f"broker {here} the only replica of {topic}-0")
+    gone = cluster.brokers[first].data_dir
+    wait_until(lambda: not list(gone.glob(f"{topic}-0")), what=f"broker {first}'s replica deleted")
+    producer.produce(topic, value=b"led here", partition=0)
+    assert producer.flush(30) == 0
+    t.join(30)
+    events = [json.loads(x[6:]) for x in lines if x.startswith("data: ")]
+    assert not any(x.startswith("event: failure") for x in lines), lines
+    assert [(e["offset"], e["value"]) for e in events] == [(0, "led elsewhere"), (1, "led here")], lines
