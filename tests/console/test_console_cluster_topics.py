@@ -163,30 +163,42 @@ def test_read_committed_leaves_out_an_aborted_transaction_led_elsewhere(cluster:
         assert values(b, "read_committed") == ["c1", "c2"], b.broker_id
 
 
-def test_tail_of_a_partition_led_elsewhere(cluster: Cluster, leaders: dict[int, int]) -> None:
-    b = next(x for x in cluster.each() if any(lead != x.broker_id for lead in leaders.values()))
-    p = next(q for q, lead in leaders.items() if lead != b.broker_id)
-    events: list[dict[str, object]] = []
+def _tailing(b: ClusterBroker, topic: str, p: int, records: int) -> tuple[threading.Thread, list[str]]:
+    """A live tail of ``topic``-``p`` on ``b``'s console, its lines read by a thread until ``records`` records or a
+    failure event came; returned once the tail is long-polling."""
+    lines: list[str] = []
     opened = threading.Event()
 
     def follow() -> None:
-        with urllib.request.urlopen(f"{http_url(b)}/api/topics/{TOPIC}/tail?partition={p}", timeout=30) as r:
+        with urllib.request.urlopen(f"{http_url(b)}/api/topics/{topic}/tail?partition={p}", timeout=60) as r:
             for raw in r:
                 line = raw.decode().strip()
+                lines.append(line)
                 if line.startswith(": tailing"):
                     opened.set()
-                elif line.startswith("data: "):
-                    events.append(json.loads(line[6:]))
+                if line.startswith("event: failure") or len(_events(lines)) == records:
                     return
 
     t = threading.Thread(target=follow, daemon=True)
     t.start()
     assert opened.wait(30)
     time.sleep(1)  # the tail has asked the leader for its end and is long-polling from there
+    return t, lines
+
+
+def _events(lines: list[str]) -> list[dict[str, object]]:
+    return [json.loads(x[6:]) for x in lines if x.startswith("data: ")]
+
+
+def test_tail_of_a_partition_led_elsewhere(cluster: Cluster, leaders: dict[int, int]) -> None:
+    b = next(x for x in cluster.each() if any(lead != x.broker_id for lead in leaders.values()))
+    p = next(q for q, lead in leaders.items() if lead != b.broker_id)
+    t, lines = _tailing(b, TOPIC, p, 1)
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
     producer.produce(TOPIC, key=b"tail-key", value=b"tail-value", partition=p)
     assert producer.flush(30) == 0
     t.join(30)
+    events = _events(lines)
     assert events, f"no event from broker {b.broker_id}'s tail of partition {p} (led by {leaders[p]})"
     assert events[0]["partition"] == p and events[0]["offset"] == RECORDS
     assert events[0]["key"] == "tail-key" and events[0]["value"] == "tail-value"
@@ -200,28 +212,11 @@ def test_a_tail_goes_on_when_the_partition_it_follows_comes_to_be_led_by_its_bro
     cluster.create_topic(topic, partitions=1, replication_factor=2)
     first = cluster.leader(topic)
     (here,) = [r for r in cluster.partitions(topic)[0].replicas if r != first]
-    b = cluster.brokers[here]
-    lines: list[str] = []
-    opened = threading.Event()
-
-    def follow() -> None:
-        with urllib.request.urlopen(f"{http_url(b)}/api/topics/{topic}/tail?partition=0", timeout=60) as r:
-            for raw in r:
-                line = raw.decode().strip()
-                lines.append(line)
-                if line.startswith(": tailing"):
-                    opened.set()
-                if line.startswith("event: failure") or sum(x.startswith("data: ") for x in lines) == 2:
-                    return
-
-    t = threading.Thread(target=follow, daemon=True)
-    t.start()
-    assert opened.wait(30)
-    time.sleep(1)  # the tail has asked the leader for its end and is long-polling from there
+    t, lines = _tailing(cluster.brokers[here], topic, 0, 2)
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
     producer.produce(topic, value=b"led elsewhere", partition=0)
     assert producer.flush(30) == 0
-    wait_until(lambda: any(x.startswith("data: ") for x in lines), what="the first record on the tail")
+    wait_until(lambda: bool(_events(lines)), what="the first record on the tail")
     admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=20000)
     try:
         tp = KTopicPartition(topic, 0)
@@ -235,6 +230,5 @@ def test_a_tail_goes_on_when_the_partition_it_follows_comes_to_be_led_by_its_bro
     producer.produce(topic, value=b"led here", partition=0)
     assert producer.flush(30) == 0
     t.join(30)
-    events = [json.loads(x[6:]) for x in lines if x.startswith("data: ")]
     assert not any(x.startswith("event: failure") for x in lines), lines
-    assert [(e["offset"], e["value"]) for e in events] == [(0, "led elsewhere"), (1, "led here")], lines
+    assert [(e["offset"], e["value"]) for e in _events(lines)] == [(0, "led elsewhere"), (1, "led here")], lines
