@@ -95,14 +95,19 @@ def inter_broker_security(config: BrokerConfig) -> ClientSecurity:
     return ClientSecurity(tls, mechanism, new_client)
 
 
-def _tls_keys(config: BrokerConfig, name: str) -> dict[str, str | None]:
-    keys = {key: config.listener_value(name, key) for key, _, _ in SSL_KEYS}
-    ignored = {key: config.listener_value(name, key) for key in SSL_IGNORED_KEYS}
-    return {**keys, **{k: v for k, v in ignored.items() if v is not None}}
+def tls_keys(config: BrokerConfig, name: str | None) -> dict[str, str | None]:
+    """The ``ssl.*`` keys as listener ``name`` sees them (its overrides applied; None: the broker-wide values),
+    the ignored Java-only ones only when set."""
+    def value(key: str) -> str | None:
+        return config.listener_value(name, key) if name is not None else config.values[key]
+
+    keys = {key: value(key) for key, _, _ in SSL_KEYS}
+    keys.update({key: v for key in SSL_IGNORED_KEYS if (v := value(key)) is not None})
+    return keys
 
 
 def _tls_settings(config: BrokerConfig, name: str) -> TlsSettings:
-    return load_tls_settings(_tls_keys(config, name))
+    return load_tls_settings(tls_keys(config, name))
 
 
 def _one(config: BrokerConfig, name: str, protocol: str, scram: ScramLookup | None) -> ListenerSecurity:
@@ -110,7 +115,7 @@ def _one(config: BrokerConfig, name: str, protocol: str, scram: ScramLookup | No
     mapper: SslPrincipalMapper | None = None
     if protocol in ("SSL", "SASL_SSL"):
         try:
-            reloading = ReloadingServerContext(_tls_keys(config, name), f"listener {name}")
+            reloading = ReloadingServerContext(tls_keys(config, name), f"listener {name}")
         except SslConfigError as e:
             raise ConfigError(f"listener {name}: {e}") from None
         if protocol == "SSL":

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from odradek.broker.config import SSL_IGNORED_KEYS, SSL_KEYS, BrokerConfig, ConfigError, HttpListener
-from odradek.broker.listener_security import ListenerSecurity
+from odradek.broker.config import BrokerConfig, ConfigError, HttpListener
+from odradek.broker.listener_security import ListenerSecurity, tls_keys
 from odradek.http.app import build_app
 from odradek.http.auth import BasicAuth
 from odradek.security.tls import ReloadingServerContext, SslConfigError
@@ -93,15 +93,9 @@ def tls_context(config: BrokerConfig) -> ReloadingServerContext:
     """The server side of the https listeners (see the module; new connections follow the store files when they are
     replaced); ``ConfigError`` when it cannot be made."""
     tls_listener = next((lst.name for lst in config.listeners if lst.security_protocol in ("SSL", "SASL_SSL")), None)
-
-    def value(key: str) -> str | None:
-        return config.listener_value(tls_listener, key) if tls_listener is not None else config.values[key]
-
-    keys = {key: value(key) for key, _, _ in SSL_KEYS}
-    keys.update({key: v for key in SSL_IGNORED_KEYS if (v := value(key)) is not None})
     where = f"the TLS settings of listener {tls_listener}" if tls_listener else "the ssl.* keys"
     try:
-        return ReloadingServerContext(keys, "https listeners")
+        return ReloadingServerContext(tls_keys(config, tls_listener), "https listeners")
     except SslConfigError as e:
         raise ConfigError(f"http.listeners has an https listener, but {where} do not make a TLS server: {e}") from None
 
