@@ -682,27 +682,12 @@ async def reset_offsets(request: web.Request) -> web.Response:
         def may_commit(topic: str) -> bool:
             return access.allowed(request, b, AclOperation.READ, ResourceType.TOPIC, topic)
 
-        if peers is None:
-            result = await groups.reset_offsets(
-                b,
-                group_id,
-                form.get("topic") or None,
-                form.get("mode", ""),
-                form.get("value"),
-                execute=execute,
-                may_commit=may_commit,
-            )
-        else:
-            result = await groups.reset_offsets_cluster(
-                b,
-                peers,
-                group_id,
-                form.get("topic") or None,
-                form.get("mode", ""),
-                form.get("value"),
-                execute=execute,
-                may_commit=may_commit,
-            )
+        asked = (group_id, form.get("topic") or None, form.get("mode", ""), form.get("value"))
+        result = await (
+            groups.reset_offsets(b, *asked, execute=execute, may_commit=may_commit)
+            if peers is None
+            else groups.reset_offsets_cluster(b, peers, *asked, execute=execute, may_commit=may_commit)
+        )
     except (ConsoleError, KafkaError) as e:
         if _wants_json(request):
             return web.json_response(
