@@ -374,7 +374,6 @@ class Broker:
     def _log_defaults_with(self, layers: tuple[dict[str, str], dict[str, str]]) -> LogConfig:
         return default_log_config(self.broker_values(layers))
 
-
     async def stored_topic_configs(self, name: str, cached: dict[str, str]) -> dict[str, str]:
         """A topic's overrides as they are stored now: in a cluster, read from ZooKeeper (what an AlterConfigs
         just wrote, before this broker's change notification arrives: Kafka's DescribeConfigs reads them there
@@ -387,6 +386,7 @@ class Broker:
         except ZkError as e:
             log.info("topic %s: its configs are described as this broker last learned them (%s)", name, e)
             return cached
+
     def alter_broker_configs(self, entity: str, configs: dict[str, str], *, validate_only: bool = False) -> None:
         """Replace the dynamic configs of ``entity`` and apply the new defaults to every log.
 

@@ -390,9 +390,8 @@ class CompiledPass:
             if not parts:
                 continue
             pos, size, low, high, count, keyless = np.concatenate(parts).T
-            i = np.searchsorted(latest, low)
-            has_latest = latest[np.minimum(i, len(latest) - 1)] <= high if len(latest) else np.zeros(len(i), bool)
-            dropped = (high <= mapped_to) & ~(has_latest & (i < len(latest)))
+            latest_within = np.searchsorted(latest, high, side="right") - np.searchsorted(latest, low)
+            dropped = (high <= mapped_to) & (latest_within == 0)
             pos, size, count, keyless = pos[dropped], size[dropped], count[dropped], keyless[dropped]
             if not len(pos):
                 continue
